@@ -1,0 +1,12 @@
+"""Tests of the patch-set tooling (tools/patchset): build, pins, series, trees.
+
+They import ``patchset`` from tools/ (tools/run-tests puts it on PYTHONPATH) and
+never import torch_tensorrt from the source tree.
+"""
+
+import os
+import sys
+
+TOOLS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "tools")
+if TOOLS not in sys.path:
+    sys.path.insert(0, TOOLS)

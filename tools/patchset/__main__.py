@@ -1,0 +1,104 @@
+"""Command line: ``tools/patchset-cli <command> ...`` (see CONTRIBUTING.md)."""
+
+import argparse
+import sys
+from typing import List
+
+from . import PatchsetError, flavour_from_env
+
+
+def _cmd_build(args: argparse.Namespace) -> str:
+    from . import wheelbuild
+
+    flavour = args.flavour or flavour_from_env()
+    return wheelbuild.build_patched_wheel(flavour, args.dist_dir, args.python, args.platform, args.label)
+
+
+def _cmd_materialize(args: argparse.Namespace) -> str:
+    from . import tree
+
+    count = tree.materialize(args.dest, args.flavour or "standard")
+    return f"materialized {args.dest}: base + {count} patch commit(s) + overlay commit"
+
+
+def _cmd_refresh(args: argparse.Namespace) -> str:
+    from . import tree
+
+    patches, overlay = tree.refresh(args.tree)
+    return f"refreshed patches/ ({patches} patch(es)), py/ and tests/py/ ({overlay} file(s)) from {args.tree}"
+
+
+def _cmd_check(args: argparse.Namespace) -> str:
+    from . import series, tree
+
+    patches = series.read_series()
+    problems = [p for patch in patches for p in series.header_problems(patch)]
+    if problems:
+        raise PatchsetError("; ".join(problems))
+    differences = tree.flavour_differences()
+    if differences:
+        raise PatchsetError(
+            "patched sources differ between flavours: "
+            + ", ".join(f"{k} ({v})" for k, v in differences.items())
+        )
+    return f"{len(patches)} patch(es) apply cleanly to the 2.14.0 sources of both flavours; patched sources identical"
+
+
+def _cmd_export(args: argparse.Namespace) -> str:
+    from . import export
+
+    return export.export(args.checkout, args.branch)
+
+
+def _cmd_upstream_tests(args: argparse.Namespace) -> str:
+    from . import upstream_tests
+
+    return upstream_tests.run(args.checkout, args.paths, args.report)
+
+
+def main(argv: List[str]) -> int:
+    parser = argparse.ArgumentParser(prog="patchset-cli", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("build", help="build the patched wheel (USE_TRT_RTX=1 or --flavour rtx)")
+    p.add_argument("--flavour", choices=["standard", "rtx"])
+    p.add_argument("--dist-dir", default="dist")
+    p.add_argument("--python", help="CPython tag, e.g. cp312 (default: this Python)")
+    p.add_argument("--platform", help="platform tag (default: this machine)")
+    p.add_argument("--label", help="local version label (default: inplace)")
+    p.set_defaults(func=_cmd_build)
+
+    p = sub.add_parser("materialize", help="patched source tree as a git repository, one commit per patch")
+    p.add_argument("dest")
+    p.add_argument("--flavour", choices=["standard", "rtx"])
+    p.set_defaults(func=_cmd_materialize)
+
+    p = sub.add_parser("refresh", help="regenerate patches/, py/ and tests/py/ from a materialized tree")
+    p.add_argument("tree")
+    p.set_defaults(func=_cmd_refresh)
+
+    p = sub.add_parser("check", help="headers complete; series applies to 2.14.0; flavours identical")
+    p.set_defaults(func=_cmd_check)
+
+    p = sub.add_parser("export", help="commit the series, new modules and tests onto an upstream checkout")
+    p.add_argument("checkout", help="path of a clean pytorch/TensorRT git checkout")
+    p.add_argument("--branch", default="inplace-plugins", help="branch to create there")
+    p.set_defaults(func=_cmd_export)
+
+    p = sub.add_parser("upstream-tests", help="run upstream's tests against the installed patched wheel")
+    p.add_argument("checkout", help="path of a pytorch/TensorRT checkout (its tests/py is used)")
+    p.add_argument("paths", nargs="*", help="test paths relative to the checkout (default: tests/py/dynamo)")
+    p.add_argument("--report", help="write a JSON report here")
+    p.set_defaults(func=_cmd_upstream_tests)
+
+    args = parser.parse_args(argv)
+    try:
+        print(args.func(args))
+    except PatchsetError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
