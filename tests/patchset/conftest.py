@@ -7,6 +7,9 @@ never import torch_tensorrt from the source tree.
 import os
 import sys
 
-TOOLS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "tools")
+TOOLS = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+    "tools",
+)
 if TOOLS not in sys.path:
     sys.path.insert(0, TOOLS)

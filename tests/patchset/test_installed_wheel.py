@@ -21,4 +21,6 @@ def test_torch_tensorrt_is_imported_from_site_packages():
     assert spec is not None and "site-packages" in spec.origin, spec
     repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     source_tree = os.path.join(repo, "py") + os.sep
-    assert not spec.origin.startswith(source_tree), f"torch_tensorrt imported from py/: {spec.origin}"
+    assert not spec.origin.startswith(
+        source_tree
+    ), f"torch_tensorrt imported from py/: {spec.origin}"

@@ -17,7 +17,9 @@ Last-Update: 2026-12-02
 
 
 def test_every_patch_has_a_complete_header_and_stays_in_the_package():
-    problems = [p for patch in series.read_series() for p in series.header_problems(patch)]
+    problems = [
+        p for patch in series.read_series() for p in series.header_problems(patch)
+    ]
     assert problems == []
 
 

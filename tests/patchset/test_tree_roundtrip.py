@@ -8,7 +8,9 @@ from patchset import PatchsetError, series, tree
 
 
 def git(cwd, *args, input=None):
-    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True, input=input).stdout
+    return subprocess.run(
+        ["git", *args], cwd=cwd, check=True, capture_output=True, text=True, input=input
+    ).stdout
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +37,9 @@ def test_refresh_of_an_unchanged_tree_reproduces_the_repository(materialized, tm
     for patch in series.read_series():
         regenerated = (out / "patches" / patch.name).read_text()
         assert regenerated == patch.read(), f"{patch.name} changed on a no-op refresh"
-    assert (out / "patches" / "series").read_text().split() == [p.name for p in series.read_series()]
+    assert (out / "patches" / "series").read_text().split() == [
+        p.name for p in series.read_series()
+    ]
 
 
 def test_new_patch_commit_and_new_module_round_trip(materialized, tmp_path):
@@ -56,10 +60,14 @@ def test_new_patch_commit_and_new_module_round_trip(materialized, tmp_path):
     names = (out / "patches" / "series").read_text().split()
     assert names[-1] == "9999-demo-change.patch"
     text = (out / "patches" / "9999-demo-change.patch").read_text()
-    assert text.startswith("Description: demo\nAuthor: t <t@example.org>\n\ndiff --git a/py/torch_tensorrt/_enums.py")
+    assert text.startswith(
+        "Description: demo\nAuthor: t <t@example.org>\n\ndiff --git a/py/torch_tensorrt/_enums.py"
+    )
     assert "+# demo change" in text
     assert "_demo_new_module" not in text, "a new module leaked into a patch"
-    assert (out / "py/torch_tensorrt/dynamo/_demo_new_module.py").read_text() == "X = 1\n"
+    assert (
+        out / "py/torch_tensorrt/dynamo/_demo_new_module.py"
+    ).read_text() == "X = 1\n"
 
 
 def test_refresh_refuses_unnamed_patch_commits_and_dirty_trees(materialized, tmp_path):
@@ -71,7 +79,18 @@ def test_refresh_refuses_unnamed_patch_commits_and_dirty_trees(materialized, tmp
     enums.write_text(enums.read_text() + "\n# x\n")
     with pytest.raises(PatchsetError, match="uncommitted changes"):
         tree.refresh(str(work), str(tmp_path / "out"))
-    git(work, "-c", "user.name=t", "-c", "user.email=t@e", "commit", "-qam", "tweak enums")
-    with pytest.raises(PatchsetError, match="'tweak enums' is not a new NNNN-short-name.patch"):
+    git(
+        work,
+        "-c",
+        "user.name=t",
+        "-c",
+        "user.email=t@e",
+        "commit",
+        "-qam",
+        "tweak enums",
+    )
+    with pytest.raises(
+        PatchsetError, match="'tweak enums' is not a new NNNN-short-name.patch"
+    ):
         tree.refresh(str(work), str(tmp_path / "out"))
     assert not (tmp_path / "out").exists(), "a refused refresh wrote files"

@@ -36,12 +36,25 @@ def built(request, tmp_path_factory):
     # The same command a user runs; USE_TRT_RTX is upstream's switch.
     env = {**os.environ, "USE_TRT_RTX": "1" if flavour == "rtx" else "0"}
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", REPO, "-w", str(out)],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            REPO,
+            "-w",
+            str(out),
+        ],
         check=True,
         env=env,
     )
     (wheel,) = os.listdir(out)
-    base_wheel = base.fetch_base_wheel(flavour, base.current_python_tag(), base.current_platform_tag())
+    base_wheel = base.fetch_base_wheel(
+        flavour, base.current_python_tag(), base.current_platform_tag()
+    )
     return flavour, str(out / wheel), base_wheel
 
 
@@ -49,7 +62,10 @@ def test_record_is_valid(built):
     _, wheel, _ = built
     assert _read_all(wheel)
     # wheel's own unpack verifies every hash as well
-    subprocess.run([sys.executable, "-m", "wheel", "unpack", "-d", os.path.dirname(wheel), wheel], check=True)
+    subprocess.run(
+        [sys.executable, "-m", "wheel", "unpack", "-d", os.path.dirname(wheel), wheel],
+        check=True,
+    )
 
 
 def test_name_version_and_tags(built):

@@ -11,7 +11,9 @@ def _cmd_build(args: argparse.Namespace) -> str:
     from . import wheelbuild
 
     flavour = args.flavour or flavour_from_env()
-    return wheelbuild.build_patched_wheel(flavour, args.dist_dir, args.python, args.platform, args.label)
+    return wheelbuild.build_patched_wheel(
+        flavour, args.dist_dir, args.python, args.platform, args.label
+    )
 
 
 def _cmd_materialize(args: argparse.Namespace) -> str:
@@ -60,7 +62,9 @@ def main(argv: List[str]) -> int:
     parser = argparse.ArgumentParser(prog="patchset-cli", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("build", help="build the patched wheel (USE_TRT_RTX=1 or --flavour rtx)")
+    p = sub.add_parser(
+        "build", help="build the patched wheel (USE_TRT_RTX=1 or --flavour rtx)"
+    )
     p.add_argument("--flavour", choices=["standard", "rtx"])
     p.add_argument("--dist-dir", default="dist")
     p.add_argument("--python", help="CPython tag, e.g. cp312 (default: this Python)")
@@ -68,26 +72,46 @@ def main(argv: List[str]) -> int:
     p.add_argument("--label", help="local version label (default: inplace)")
     p.set_defaults(func=_cmd_build)
 
-    p = sub.add_parser("materialize", help="patched source tree as a git repository, one commit per patch")
+    p = sub.add_parser(
+        "materialize",
+        help="patched source tree as a git repository, one commit per patch",
+    )
     p.add_argument("dest")
     p.add_argument("--flavour", choices=["standard", "rtx"])
     p.set_defaults(func=_cmd_materialize)
 
-    p = sub.add_parser("refresh", help="regenerate patches/, py/ and tests/py/ from a materialized tree")
+    p = sub.add_parser(
+        "refresh",
+        help="regenerate patches/, py/ and tests/py/ from a materialized tree",
+    )
     p.add_argument("tree")
     p.set_defaults(func=_cmd_refresh)
 
-    p = sub.add_parser("check", help="headers complete; series applies to 2.14.0; flavours identical")
+    p = sub.add_parser(
+        "check", help="headers complete; series applies to 2.14.0; flavours identical"
+    )
     p.set_defaults(func=_cmd_check)
 
-    p = sub.add_parser("export", help="commit the series, new modules and tests onto an upstream checkout")
+    p = sub.add_parser(
+        "export",
+        help="commit the series, new modules and tests onto an upstream checkout",
+    )
     p.add_argument("checkout", help="path of a clean pytorch/TensorRT git checkout")
     p.add_argument("--branch", default="inplace-plugins", help="branch to create there")
     p.set_defaults(func=_cmd_export)
 
-    p = sub.add_parser("upstream-tests", help="run upstream's tests against the installed patched wheel")
-    p.add_argument("checkout", help="path of a pytorch/TensorRT checkout (its tests/py is used)")
-    p.add_argument("paths", nargs="*", help="test paths relative to the checkout (default: tests/py/dynamo)")
+    p = sub.add_parser(
+        "upstream-tests",
+        help="run upstream's tests against the installed patched wheel",
+    )
+    p.add_argument(
+        "checkout", help="path of a pytorch/TensorRT checkout (its tests/py is used)"
+    )
+    p.add_argument(
+        "paths",
+        nargs="*",
+        help="test paths relative to the checkout (default: tests/py/dynamo)",
+    )
     p.add_argument("--report", help="write a JSON report here")
     p.set_defaults(func=_cmd_upstream_tests)
 

@@ -23,7 +23,15 @@ from . import REPO_ROOT, PatchsetError, flavour_from_env, wheelbuild
 ConfigSettings = Optional[Dict[str, Any]]
 
 # Files an sdist needs to rebuild the same wheel.
-_SDIST_TOPLEVEL = ("pyproject.toml", "setup.py", "base-wheels.sha256", "README.md", "patches", "py", "tools/patchset")
+_SDIST_TOPLEVEL = (
+    "pyproject.toml",
+    "setup.py",
+    "base-wheels.sha256",
+    "README.md",
+    "patches",
+    "py",
+    "tools/patchset",
+)
 
 
 def _setting(config_settings: ConfigSettings, key: str) -> Optional[str]:
@@ -72,6 +80,8 @@ def build_sdist(sdist_directory: str, config_settings: ConfigSettings = None) ->
 
     with tarfile.open(tmp, "w:gz") as tar:
         for entry in _SDIST_TOPLEVEL:
-            tar.add(os.path.join(REPO_ROOT, entry), arcname=f"{name}/{entry}", filter=keep)
+            tar.add(
+                os.path.join(REPO_ROOT, entry), arcname=f"{name}/{entry}", filter=keep
+            )
     os.replace(tmp, final)
     return os.path.basename(final)

@@ -32,7 +32,9 @@ def load_pins(path: str = PINS_FILE) -> Dict[str, str]:
                 continue
             parts = line.split()
             if len(parts) != 2 or len(parts[0]) != 64:
-                raise PatchsetError(f"{path}:{lineno}: expected '<sha256>  <wheel file name>'")
+                raise PatchsetError(
+                    f"{path}:{lineno}: expected '<sha256>  <wheel file name>'"
+                )
             pins[parts[1].lstrip("*")] = parts[0].lower()
     return pins
 
@@ -62,7 +64,9 @@ def wheel_filename(flavour: str, python_tag: str, platform_tag: str) -> str:
 def pinned_filename(flavour: str, python_tag: str, platform_tag: str) -> str:
     """The pinned base wheel for this flavour, Python and platform, or a clear error."""
     if flavour not in FLAVOURS:
-        raise PatchsetError(f"unknown flavour {flavour!r}: expected one of {sorted(FLAVOURS)}")
+        raise PatchsetError(
+            f"unknown flavour {flavour!r}: expected one of {sorted(FLAVOURS)}"
+        )
     name = wheel_filename(flavour, python_tag, platform_tag)
     pins = load_pins()
     if name not in pins:
@@ -81,7 +85,9 @@ def pinned_filename(flavour: str, python_tag: str, platform_tag: str) -> str:
 def cache_dir() -> str:
     root = os.environ.get("TORCHTRT_PATCHSET_CACHE")
     if not root:
-        xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(
+            os.path.expanduser("~"), ".cache"
+        )
         root = os.path.join(xdg, "torch-tensorrt-patchset")
     os.makedirs(root, exist_ok=True)
     return root
@@ -101,7 +107,9 @@ def verify(path: str, expected: Optional[str] = None) -> None:
     pins = load_pins()
     if expected is None:
         if name not in pins:
-            raise PatchsetError(f"{name} is not pinned in base-wheels.sha256; refusing to use it")
+            raise PatchsetError(
+                f"{name} is not pinned in base-wheels.sha256; refusing to use it"
+            )
         expected = pins[name]
     actual = sha256_of(path)
     if actual != expected:
@@ -125,11 +133,17 @@ def _download(name: str, dest: str) -> None:
             files = json.load(response)["files"]
         url = next((f["url"] for f in files if f["filename"] == name), None)
         if url is None:
-            raise PatchsetError(f"base wheel not downloadable: {name} is not listed at {index}")
-        with urllib.request.urlopen(url, timeout=600) as response, open(dest, "wb") as out:
+            raise PatchsetError(
+                f"base wheel not downloadable: {name} is not listed at {index}"
+            )
+        with urllib.request.urlopen(url, timeout=600) as response, open(
+            dest, "wb"
+        ) as out:
             shutil.copyfileobj(response, out)
     except (urllib.error.URLError, OSError, ValueError, KeyError) as e:
-        raise PatchsetError(f"base wheel not downloadable: {name} from {index}: {e}") from e
+        raise PatchsetError(
+            f"base wheel not downloadable: {name} from {index}: {e}"
+        ) from e
 
 
 def fetch_base_wheel(flavour: str, python_tag: str, platform_tag: str) -> str:

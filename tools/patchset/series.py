@@ -47,7 +47,10 @@ class Patch:
         return text[_first_diff_line(text) :]
 
     def touched_files(self) -> List[str]:
-        return [m.group(1) for m in re.finditer(r"^diff --git a/(\S+) b/\S+$", self.diff, re.M)]
+        return [
+            m.group(1)
+            for m in re.finditer(r"^diff --git a/(\S+) b/\S+$", self.diff, re.M)
+        ]
 
 
 def _first_diff_line(text: str) -> int:
@@ -68,13 +71,19 @@ def read_series(patch_dir: str = PATCH_DIR) -> List[Patch]:
             if not name:
                 continue
             if not _NAME_RE.match(name):
-                raise PatchsetError(f"series:{lineno}: {name!r} is not NNNN-short-name.patch")
+                raise PatchsetError(
+                    f"series:{lineno}: {name!r} is not NNNN-short-name.patch"
+                )
             path = os.path.join(patch_dir, name)
             if not os.path.exists(path):
-                raise PatchsetError(f"series:{lineno}: {name} does not exist in patches/")
+                raise PatchsetError(
+                    f"series:{lineno}: {name} does not exist in patches/"
+                )
             patches.append(Patch(name, path))
     listed = {p.name for p in patches}
-    unlisted = sorted(n for n in os.listdir(patch_dir) if n.endswith(".patch") and n not in listed)
+    unlisted = sorted(
+        n for n in os.listdir(patch_dir) if n.endswith(".patch") and n not in listed
+    )
     if unlisted:
         raise PatchsetError(f"patches not listed in series: {', '.join(unlisted)}")
     return patches
@@ -89,14 +98,20 @@ def header_problems(patch: Patch) -> List[str]:
         if not re.search(rf"^{field}: \S", header, re.M)
     ]
     if not re.search(r"^(Bug|Bug-[A-Za-z]+): \S", header, re.M):
-        problems.append(f"{patch.name}: header lacks 'Bug:' (the related upstream issue or PR)")
+        problems.append(
+            f"{patch.name}: header lacks 'Bug:' (the related upstream issue or PR)"
+        )
     for path in patch.touched_files():
         if not path.startswith(PACKAGE_PREFIX):
             problems.append(f"{patch.name}: touches {path}, outside {PACKAGE_PREFIX}")
         elif path.startswith(PACKAGE_PREFIX + "fx/"):
-            problems.append(f"{patch.name}: touches {path}; fx/ is not shipped by the RTX flavour")
+            problems.append(
+                f"{patch.name}: touches {path}; fx/ is not shipped by the RTX flavour"
+            )
     if re.search(r"^new file mode", patch.diff, re.M):
-        problems.append(f"{patch.name}: creates a file; new modules belong in py/, not in a patch")
+        problems.append(
+            f"{patch.name}: creates a file; new modules belong in py/, not in a patch"
+        )
     return problems
 
 
@@ -142,7 +157,9 @@ def apply_patch(patch: Patch, tree: str, strip: int) -> None:
         raise PatchsetError(f"patch {patch.name} does not apply: {'; '.join(failures)}")
 
 
-def apply_series(tree: str, strip: int, patches: Optional[List[Patch]] = None) -> List[Patch]:
+def apply_series(
+    tree: str, strip: int, patches: Optional[List[Patch]] = None
+) -> List[Patch]:
     """Apply the whole series in order; ``strip`` is 1 for upstream layout, 2 for a wheel."""
     patches = read_series() if patches is None else patches
     for patch in patches:

@@ -29,7 +29,9 @@ def _git(args: List[str], cwd: str, input_text: Optional[str] = None) -> str:
     )
     if result.returncode != 0:
         detail = (result.stderr or result.stdout).strip().splitlines()
-        raise PatchsetError(f"git {args[0]} failed in {cwd}: {detail[-1] if detail else result.returncode}")
+        raise PatchsetError(
+            f"git {args[0]} failed in {cwd}: {detail[-1] if detail else result.returncode}"
+        )
     return result.stdout
 
 
@@ -38,23 +40,36 @@ def _git_identity(cwd: str) -> None:
         _git(["config", key, value], cwd)
 
 
-def base_sources(dest: str, flavour: str = "standard", python_tag: Optional[str] = None,
-                 platform_tag: Optional[str] = None) -> List[str]:
+def base_sources(
+    dest: str,
+    flavour: str = "standard",
+    python_tag: Optional[str] = None,
+    platform_tag: Optional[str] = None,
+) -> List[str]:
     """Write the base wheel's ``.py`` files to ``dest/py/torch_tensorrt/...``; return their paths."""
     wheel = base.fetch_base_wheel(
-        flavour, python_tag or base.current_python_tag(), platform_tag or base.current_platform_tag()
+        flavour,
+        python_tag or base.current_python_tag(),
+        platform_tag or base.current_platform_tag(),
     )
     work = tempfile.mkdtemp(prefix="patchset-src-")
     try:
         result = subprocess.run(
             [sys.executable, "-m", "wheel", "unpack", "--dest", work, wheel],
-            capture_output=True, text=True,
+            capture_output=True,
+            text=True,
         )
         if result.returncode != 0:
-            raise PatchsetError(f"'wheel unpack' failed for {wheel}: {result.stderr.strip()}")
+            raise PatchsetError(
+                f"'wheel unpack' failed for {wheel}: {result.stderr.strip()}"
+            )
         (root,) = glob.glob(os.path.join(work, f"*-{BASE_VERSION}"))
         files = []
-        for path in sorted(glob.glob(os.path.join(root, "torch_tensorrt", "**", "*.py"), recursive=True)):
+        for path in sorted(
+            glob.glob(
+                os.path.join(root, "torch_tensorrt", "**", "*.py"), recursive=True
+            )
+        ):
             rel = "py/" + os.path.relpath(path, root).replace(os.sep, "/")
             target = os.path.join(dest, rel)
             os.makedirs(os.path.dirname(target), exist_ok=True)
@@ -87,7 +102,9 @@ def copy_overlay(dest: str, with_tests: bool = True) -> List[str]:
 def _walk(root: str) -> List[str]:
     out = []
     for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if d not in ("__pycache__", ".pytest_cache"))
+        dirnames[:] = sorted(
+            d for d in dirnames if d not in ("__pycache__", ".pytest_cache")
+        )
         out += [
             os.path.relpath(os.path.join(dirpath, f), root).replace(os.sep, "/")
             for f in sorted(filenames)
@@ -96,7 +113,9 @@ def _walk(root: str) -> List[str]:
     return out
 
 
-def patched_tree(dest: str, flavour: str = "standard", with_tests: bool = False) -> None:
+def patched_tree(
+    dest: str, flavour: str = "standard", with_tests: bool = False
+) -> None:
     """Base sources of ``flavour`` + series + overlay, in upstream layout, at ``dest``."""
     base_sources(dest, flavour)
     series.apply_series(dest, strip=1)
@@ -120,14 +139,26 @@ def materialize(dest: str, flavour: str = "standard") -> int:
         _git_identity(work)
         base_sources(work, flavour)
         _git(["add", "-A"], work)
-        _git(["commit", "-q", "-m", f"base: torch-tensorrt {BASE_VERSION} wheel sources ({flavour})"], work)
+        _git(
+            [
+                "commit",
+                "-q",
+                "-m",
+                f"base: torch-tensorrt {BASE_VERSION} wheel sources ({flavour})",
+            ],
+            work,
+        )
         _git(["tag", BASE_TAG], work)
         patches = series.read_series()
         for patch in patches:
             series.apply_patch(patch, work, strip=1)
             _git(["add", "-A"], work)
             message = f"{patch.name}\n\n{patch.header.rstrip()}\n"
-            _git(["commit", "-q", "--allow-empty", "--cleanup=verbatim", "-F", "-"], work, message)
+            _git(
+                ["commit", "-q", "--allow-empty", "--cleanup=verbatim", "-F", "-"],
+                work,
+                message,
+            )
         copy_overlay(work)
         _git(["add", "-A"], work)
         _git(["commit", "-q", "--allow-empty", "-m", OVERLAY_SUBJECT], work)
@@ -140,7 +171,18 @@ def materialize(dest: str, flavour: str = "standard") -> int:
 
 
 def _changes(tree: str, commit: str) -> List[Tuple[str, str]]:
-    out = _git(["diff-tree", "--no-commit-id", "--no-renames", "-r", "--name-status", f"{commit}^", commit], tree)
+    out = _git(
+        [
+            "diff-tree",
+            "--no-commit-id",
+            "--no-renames",
+            "-r",
+            "--name-status",
+            f"{commit}^",
+            commit,
+        ],
+        tree,
+    )
     return [tuple(line.split("\t", 1)) for line in out.splitlines() if line]  # type: ignore[misc]
 
 
@@ -157,19 +199,25 @@ def refresh(tree: str, out_root: str = REPO_ROOT) -> Tuple[int, int]:
     try:
         _git(["rev-parse", "--verify", "-q", BASE_TAG], tree)
     except PatchsetError:
-        raise PatchsetError(f"{tree} is not a materialized tree (no '{BASE_TAG}' tag)") from None
+        raise PatchsetError(
+            f"{tree} is not a materialized tree (no '{BASE_TAG}' tag)"
+        ) from None
     if _git(["status", "--porcelain"], tree).strip():
         raise PatchsetError(f"{tree} has uncommitted changes; commit them first")
     base_files = set(_git(["ls-tree", "-r", "--name-only", BASE_TAG], tree).split())
     staged = tempfile.mkdtemp(prefix="patchset-refresh-")
     try:
         names: List[str] = []
-        for commit in _git(["rev-list", "--reverse", f"{BASE_TAG}..HEAD"], tree).split():
+        for commit in _git(
+            ["rev-list", "--reverse", f"{BASE_TAG}..HEAD"], tree
+        ).split():
             touched = []
             for status, path in _changes(tree, commit):
                 if path in base_files:
                     if status != "M":
-                        raise PatchsetError(f"commit {commit[:10]} {'deletes' if status == 'D' else 'changes mode of'} upstream file {path}")
+                        raise PatchsetError(
+                            f"commit {commit[:10]} {'deletes' if status == 'D' else 'changes mode of'} upstream file {path}"
+                        )
                     touched.append(path)
             if not touched:
                 continue
@@ -181,7 +229,18 @@ def refresh(tree: str, out_root: str = REPO_ROOT) -> Tuple[int, int]:
                     f"commit {commit[:10]} changes upstream files but its first line {name!r} is not a "
                     "new NNNN-short-name.patch"
                 )
-            diff = _git(["diff", "--no-color", "--no-renames", f"{commit}^", commit, "--", *touched], tree)
+            diff = _git(
+                [
+                    "diff",
+                    "--no-color",
+                    "--no-renames",
+                    f"{commit}^",
+                    commit,
+                    "--",
+                    *touched,
+                ],
+                tree,
+            )
             diff = re.sub(r"^index [0-9a-f]+\.\.[0-9a-f]+.*\n", "", diff, flags=re.M)
             with open(os.path.join(staged, name), "w", encoding="utf-8") as f:
                 f.write(header.strip("\n") + "\n\n" + diff)
@@ -191,12 +250,26 @@ def refresh(tree: str, out_root: str = REPO_ROOT) -> Tuple[int, int]:
         head_files = _git(["ls-tree", "-r", "--name-only", "HEAD"], tree).split()
         overlay = [f for f in head_files if f not in base_files]
         for rel in overlay:
-            if not (rel.startswith("py/torch_tensorrt/") or rel.startswith("tests/py/")):
-                raise PatchsetError(f"{rel} is neither a new module under py/torch_tensorrt/ nor a test under tests/py/")
+            if not (
+                rel.startswith("py/torch_tensorrt/") or rel.startswith("tests/py/")
+            ):
+                raise PatchsetError(
+                    f"{rel} is neither a new module under py/torch_tensorrt/ nor a test under tests/py/"
+                )
         # Everything is computed: now replace the repository's copies.
         _replace_dir(staged, os.path.join(out_root, "patches"))
-        _sync_files(tree, [f for f in overlay if f.startswith("py/")], os.path.join(out_root, "py"), "py/")
-        _sync_files(tree, [f for f in overlay if f.startswith("tests/py/")], os.path.join(out_root, "tests", "py"), "tests/py/")
+        _sync_files(
+            tree,
+            [f for f in overlay if f.startswith("py/")],
+            os.path.join(out_root, "py"),
+            "py/",
+        )
+        _sync_files(
+            tree,
+            [f for f in overlay if f.startswith("tests/py/")],
+            os.path.join(out_root, "tests", "py"),
+            "tests/py/",
+        )
         return len(names), len(overlay)
     finally:
         shutil.rmtree(staged, ignore_errors=True)
@@ -217,7 +290,7 @@ def _sync_files(tree: str, files: List[str], dest_root: str, prefix: str) -> Non
     staged = tempfile.mkdtemp(prefix="patchset-sync-")
     try:
         for rel in files:
-            target = os.path.join(staged, rel[len(prefix):])
+            target = os.path.join(staged, rel[len(prefix) :])
             os.makedirs(os.path.dirname(target), exist_ok=True)
             shutil.copy2(os.path.join(tree, rel), target)
         _replace_dir(staged, dest_root)

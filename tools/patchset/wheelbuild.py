@@ -39,7 +39,9 @@ def overlay_files() -> List[str]:
 def content_hash() -> str:
     """Hash of everything that changes the built wheel (pins, series, patches, overlay)."""
     h = hashlib.sha256()
-    inputs = [base.PINS_FILE, series.SERIES_FILE] + [p.path for p in series.read_series()]
+    inputs = [base.PINS_FILE, series.SERIES_FILE] + [
+        p.path for p in series.read_series()
+    ]
     inputs += [os.path.join(OVERLAY_ROOT, f) for f in overlay_files()]
     for path in inputs:
         h.update(os.path.relpath(path, REPO_ROOT).replace(os.sep, "/").encode())
@@ -52,7 +54,9 @@ def local_version(label: Optional[str] = None) -> str:
     """``2.14.0+<label>.g<content hash>``: PEP 440 local version naming this exact patch set."""
     label = label or os.environ.get("TORCHTRT_PATCHSET_LABEL") or DEFAULT_LABEL
     if not _LABEL_RE.match(label):
-        raise PatchsetError(f"label {label!r} must be lower-case letters and digits only")
+        raise PatchsetError(
+            f"label {label!r} must be lower-case letters and digits only"
+        )
     return f"{BASE_VERSION}+{label}.g{content_hash()}"
 
 
@@ -74,7 +78,9 @@ def _run_wheel_cli(args: List[str], cwd: str) -> None:
     )
     if result.returncode != 0:
         detail = (result.stderr or result.stdout).strip().splitlines()
-        raise PatchsetError(f"'wheel {args[0]}' failed: {detail[-1] if detail else result.returncode}")
+        raise PatchsetError(
+            f"'wheel {args[0]}' failed: {detail[-1] if detail else result.returncode}"
+        )
 
 
 def _set_version(dist_info: str, version: str) -> str:
@@ -82,13 +88,20 @@ def _set_version(dist_info: str, version: str) -> str:
     metadata = os.path.join(dist_info, "METADATA")
     with open(metadata, encoding="utf-8") as f:
         text = f.read()
-    text, count = re.subn(rf"^Version: {re.escape(BASE_VERSION)}$", f"Version: {version}", text, flags=re.M)
+    text, count = re.subn(
+        rf"^Version: {re.escape(BASE_VERSION)}$",
+        f"Version: {version}",
+        text,
+        flags=re.M,
+    )
     if count != 1:
         raise PatchsetError(f"{metadata}: expected one 'Version: {BASE_VERSION}' line")
     with open(metadata, "w", encoding="utf-8") as f:
         f.write(text)
     dist_name = os.path.basename(dist_info).split("-")[0]
-    renamed = os.path.join(os.path.dirname(dist_info), f"{dist_name}-{version}.dist-info")
+    renamed = os.path.join(
+        os.path.dirname(dist_info), f"{dist_name}-{version}.dist-info"
+    )
     os.rename(dist_info, renamed)
     return renamed
 
@@ -129,6 +142,8 @@ def build_patched_wheel(
         shutil.rmtree(work, ignore_errors=True)
 
 
-def built_wheel_name(flavour: str, python_tag: str, platform_tag: str, version: str) -> Tuple[str, str]:
+def built_wheel_name(
+    flavour: str, python_tag: str, platform_tag: str, version: str
+) -> Tuple[str, str]:
     dist = base.wheel_filename(flavour, python_tag, platform_tag).split("-")[0]
     return dist, f"{dist}-{version}-{python_tag}-{python_tag}-{platform_tag}.whl"

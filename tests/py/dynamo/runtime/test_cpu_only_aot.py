@@ -17,7 +17,9 @@ from torch_tensorrt.dynamo import _defaults
 from torch_tensorrt.dynamo._settings import CompilationSettings
 
 NO_CUDA = not torch.cuda.is_available()
-NEEDS_NO_CUDA = "Checks the behaviour on a host without a CUDA device; this host has one."
+NEEDS_NO_CUDA = (
+    "Checks the behaviour on a host without a CUDA device; this host has one."
+)
 NEEDS_CPU_BUILDER = (
     "Building engines without a CUDA device needs TensorRT-RTX; "
     "the standard TensorRT builder needs a GPU."
@@ -64,8 +66,10 @@ class TestDefaultsWithoutCuda(TestCase):
 class TestSerializedEngineWithoutCuda(TestCase):
     def test_static_shape(self):
         ep = _export()
-        engine = torch_tensorrt.dynamo.convert_exported_program_to_serialized_trt_engine(
-            ep, arg_inputs=[torch.randn(4, 8)]
+        engine = (
+            torch_tensorrt.dynamo.convert_exported_program_to_serialized_trt_engine(
+                ep, arg_inputs=[torch.randn(4, 8)]
+            )
         )
         self.assertIsInstance(engine, bytes)
         self.assertGreater(len(engine), 1000)
@@ -75,16 +79,20 @@ class TestSerializedEngineWithoutCuda(TestCase):
 
     def test_dynamic_batch(self):
         ep = _export(dynamic=True)
-        static = torch_tensorrt.dynamo.convert_exported_program_to_serialized_trt_engine(
-            _export(), arg_inputs=[torch.randn(4, 8)]
+        static = (
+            torch_tensorrt.dynamo.convert_exported_program_to_serialized_trt_engine(
+                _export(), arg_inputs=[torch.randn(4, 8)]
+            )
         )
-        engine = torch_tensorrt.dynamo.convert_exported_program_to_serialized_trt_engine(
-            ep,
-            arg_inputs=[
-                torch_tensorrt.Input(
-                    min_shape=(1, 8), opt_shape=(4, 8), max_shape=(16, 8), name="x"
-                )
-            ],
+        engine = (
+            torch_tensorrt.dynamo.convert_exported_program_to_serialized_trt_engine(
+                ep,
+                arg_inputs=[
+                    torch_tensorrt.Input(
+                        min_shape=(1, 8), opt_shape=(4, 8), max_shape=(16, 8), name="x"
+                    )
+                ],
+            )
         )
         self.assertIsInstance(engine, bytes)
         # a dynamic engine carries an optimization profile the static one lacks
@@ -134,8 +142,10 @@ class TestCompileWithoutCuda(TestCase):
     def test_engine_setup_needs_a_cuda_device(self):
         from torch_tensorrt.dynamo.runtime import TorchTensorRTModule
 
-        engine = torch_tensorrt.dynamo.convert_exported_program_to_serialized_trt_engine(
-            _export(), arg_inputs=[torch.randn(4, 8)]
+        engine = (
+            torch_tensorrt.dynamo.convert_exported_program_to_serialized_trt_engine(
+                _export(), arg_inputs=[torch.randn(4, 8)]
+            )
         )
         with self.assertRaisesRegex(RuntimeError, "a CUDA device is needed"):
             TorchTensorRTModule(

@@ -1,0 +1,55 @@
+"""Upstream runs ``black --check`` on every PR: patched files, new modules and our tests pass it."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+from patchset import REPO_ROOT, series, tree, wheelbuild
+
+
+@pytest.fixture(scope="module")
+def patched(tmp_path_factory):
+    dest = tmp_path_factory.mktemp("styled")
+    tree.patched_tree(str(dest), "standard", with_tests=True)
+    return dest
+
+
+def test_patched_files_new_modules_and_tests_are_black_clean(patched):
+    files = sorted(
+        {f for p in series.read_series() for f in p.touched_files()}
+        | {"py/" + f for f in wheelbuild.overlay_files() if f.endswith(".py")}
+        | {
+            os.path.relpath(os.path.join(d, f), patched)
+            for d, _, fs in os.walk(patched / "tests")
+            for f in fs
+            if f.endswith(".py")
+        }
+    )
+    assert files, "nothing to check"
+    result = subprocess.run(
+        [sys.executable, "-m", "black", "--check", "--quiet", *files],
+        cwd=patched,
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stderr
+
+
+def test_tools_are_black_clean():
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "black",
+            "--check",
+            "--quiet",
+            "tools",
+            "setup.py",
+            "tests/patchset",
+        ],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stderr
