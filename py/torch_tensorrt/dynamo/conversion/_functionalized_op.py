@@ -1,0 +1,163 @@
+"""Functional form of an op that mutates its tensor arguments.
+
+``torch.export`` functionalizes a mutating op (a ``torch.library.custom_op`` with
+``mutates_args``, or any schema with ``Tensor(a!)`` arguments) into the
+higher-order op ``auto_functionalized`` / ``auto_functionalized_v2``, which no
+converter handles. The lowering pass ``lower_auto_functionalized`` rewrites that
+into a call of :class:`FunctionalizedOp`, whose node has the op's own schema
+arguments, so the op's converter is what the partitioner sees and converts.
+
+Converter convention for mutating ops
+-------------------------------------
+A converter is registered on the op overload as usual
+(``@dynamo_tensorrt_converter(torch.ops.ns.op.default)``). For an op that mutates
+tensor arguments it returns a tuple: the op's own returns, then the new value of
+each mutated tensor argument in schema order. A bare ITensor is accepted when
+that tuple has one element (e.g. ``ns::op_(Tensor(a!) x) -> ()``)::
+
+    @torch.library.custom_op("ns::scale_", mutates_args=("x",))
+    def scale_(x: torch.Tensor, s: float) -> None: ...
+
+    @dynamo_tensorrt_converter(torch.ops.ns.scale_.default)
+    def scale_converter(ctx, target, args, kwargs, name):
+        x, s = args
+        return impl.elementwise.mul(ctx, target, SourceIR.ATEN, name, x, s)  # new x
+
+In PyTorch, ``FunctionalizedOp(op)(*args)`` clones each mutated argument, runs
+the op on the clones and returns ``(*returns, *clones)``: the same values, with
+no side effect, so a node the partitioner leaves in PyTorch is still correct.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable, Dict, List, Sequence, Tuple
+
+import torch
+
+logger = logging.getLogger(__name__)
+
+
+def mutated_arguments(schema: torch.FunctionSchema) -> List[torch.Argument]:
+    """Schema arguments the op writes to (``Tensor(a!)``), in schema order."""
+    return [
+        arg
+        for arg in schema.arguments
+        if arg.alias_info is not None and arg.alias_info.is_write
+    ]
+
+
+def _is_tensor_type(arg: torch.Argument) -> bool:
+    arg_type = arg.type
+    if isinstance(arg_type, torch.OptionalType):
+        arg_type = arg_type.getElementType()
+    return isinstance(arg_type, torch.TensorType)
+
+
+class FunctionalizedOp:
+    """Callable FX target: ``op`` without side effects, returning the mutated values.
+
+    One instance per op overload (instances are cached), so it can be used as a
+    dictionary key and compared by identity like any other FX target.
+    """
+
+    _instances: Dict[torch._ops.OpOverload, FunctionalizedOp] = {}
+
+    op: torch._ops.OpOverload
+    mutated: Tuple[str, ...]
+    num_returns: int
+
+    def __new__(cls, op: torch._ops.OpOverload) -> FunctionalizedOp:
+        if op in cls._instances:
+            return cls._instances[op]
+        if not isinstance(op, torch._ops.OpOverload):
+            raise TypeError(f"FunctionalizedOp needs an OpOverload, got {op!r}")
+        mutated = mutated_arguments(op._schema)
+        if not mutated:
+            raise ValueError(f"{op} does not mutate any argument")
+        for arg in mutated:
+            if not _is_tensor_type(arg):
+                raise ValueError(
+                    f"{op}: mutated argument '{arg.name}' has type {arg.type}; "
+                    "only Tensor and Tensor? arguments can be mutated"
+                )
+        self = super().__new__(cls)
+        self.op = op
+        self.mutated = tuple(arg.name for arg in mutated)
+        self.num_returns = len(op._schema.returns)
+        # FX code generation and logging name the target by these
+        self.__name__ = (
+            f"functionalized_{op._schema.name.replace('::', '_')}_{op._overloadname}"
+        )
+        self.__qualname__ = self.__name__
+        self.__module__ = __name__
+        cls._instances[op] = self
+        return self
+
+    def __reduce__(self) -> Tuple[Any, Tuple[Any, ...]]:
+        return (FunctionalizedOp, (self.op,))
+
+    def __repr__(self) -> str:
+        return f"FunctionalizedOp({self.op})"
+
+    @property
+    def num_outputs(self) -> int:
+        """Length of the output tuple: the op's returns, then the mutated arguments."""
+        return self.num_returns + len(self.mutated)
+
+    def output_layout(self) -> List[str]:
+        returns = [f"return {i}" for i in range(self.num_returns)]
+        return returns + [f"new value of '{name}'" for name in self.mutated]
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Tuple[Any, ...]:
+        args, kwargs, clones = self._clone_mutated(args, kwargs)
+        out = self.op(*args, **kwargs)
+        if self.num_returns == 0:
+            returns: Tuple[Any, ...] = ()
+        elif self.num_returns == 1:
+            returns = (out,)
+        else:
+            returns = tuple(out)
+        return (*returns, *clones)
+
+    def _clone_mutated(
+        self, args: Sequence[Any], kwargs: Dict[str, Any]
+    ) -> Tuple[List[Any], Dict[str, Any], List[Any]]:
+        args, kwargs = list(args), dict(kwargs)
+        positions = {arg.name: i for i, arg in enumerate(self.op._schema.arguments)}
+        clones = []
+        for name in self.mutated:
+            i = positions[name]
+            if i < len(args):
+                value = args[i]
+                args[i] = value.clone() if value is not None else None
+                clones.append(args[i])
+            else:
+                value = kwargs.get(name)
+                kwargs[name] = value.clone() if value is not None else None
+                clones.append(kwargs[name])
+        return args, kwargs, clones
+
+    def adapt_converter(self, converter: Callable[..., Any]) -> Callable[..., Any]:
+        """Wrap the op's converter: it sees the op as target, and its outputs are checked."""
+        functionalized = self
+
+        def convert_functionalized(
+            ctx: Any, target: Any, args: Any, kwargs: Any, name: str
+        ) -> Tuple[Any, ...]:
+            outputs = converter(ctx, functionalized.op, args, kwargs, name)
+            return functionalized.check_converter_outputs(outputs)
+
+        return convert_functionalized
+
+    def check_converter_outputs(self, outputs: Any) -> Tuple[Any, ...]:
+        """Normalize a converter's result to the output tuple, or raise naming the layout."""
+        if not isinstance(outputs, (tuple, list)):
+            outputs = (outputs,)
+        if len(outputs) != self.num_outputs:
+            raise RuntimeError(
+                f"The converter for {self.op} returned {len(outputs)} tensor(s); a "
+                f"converter for an op that mutates {list(self.mutated)} must return "
+                f"{self.num_outputs}: {', '.join(self.output_layout())}"
+            )
+        return tuple(outputs)

@@ -1,0 +1,295 @@
+"""Lower ``auto_functionalized`` / ``auto_functionalized_v2`` onto the op's converter.
+
+``run_decompositions`` turns every call of a mutating op into one of the
+higher-order ops ``auto_functionalized`` (v1) or ``auto_functionalized_v2``. Both
+return ``(*returns, *new_values)`` (a single ``None`` stands for "no returns"),
+but v1 passes each mutated argument directly while v2 passes bases
+(``_all_bases``) plus, per mutated argument ``X``, ``_X_base_index`` and an
+optional view of the base (``_X_slice_dim/_start/_end`` or
+``_X_size/_X_stride/_X_storage_offset``). No converter handles either, so the op
+never reaches its own converter.
+
+This pass rewrites such a node into a call of
+:class:`~torch_tensorrt.dynamo.conversion._functionalized_op.FunctionalizedOp`
+with the op's own schema arguments (views become ``aten.slice`` /
+``aten.as_strided`` nodes) and rebuilds each new base from the new argument
+values (``aten.slice_scatter`` / ``aten.as_strided_scatter`` for views).
+
+Invariant: every value the rewritten graph computes equals the value the
+higher-order op computed, and nothing is mutated in place. The rewrite only
+reorders how the same functional result is built, so the ``copy_`` write-backs
+that ``ExportedProgram.module()`` appends (and that carry the mutation to the
+caller) keep their meaning. A node is left unchanged, to run in PyTorch with
+torch's own semantics, when the op has no converter, is in
+``torch_executed_ops``, or its mutated arguments may overlap (two arguments on
+one base that are not disjoint slices), because then the order of their writes
+matters and a functional call cannot express it.
+"""
+
+from __future__ import annotations
+
+import logging
+import operator
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import torch
+from torch._higher_order_ops.auto_functionalize import (
+    auto_functionalized,
+    auto_functionalized_v2,
+)
+from torch_tensorrt.dynamo._settings import CompilationSettings
+from torch_tensorrt.dynamo.conversion._functionalized_op import (
+    FunctionalizedOp,
+    mutated_arguments,
+)
+from torch_tensorrt.dynamo.lowering.passes.pass_utils import (
+    clean_up_graph_after_modifications,
+)
+
+logger = logging.getLogger(__name__)
+
+_AUTO_FUNCTIONALIZED = (auto_functionalized, auto_functionalized_v2)
+
+
+@dataclass(frozen=True)
+class _View:
+    """How a v2 mutated argument is taken from its base (``None`` kind: the base itself)."""
+
+    kind: Optional[str]  # None, "slice" or "as_strided"
+    params: Tuple[Any, ...] = ()
+
+
+@dataclass(frozen=True)
+class _MutatedArg:
+    name: str
+    base_index: Optional[int]  # v2 only; None for v1 or an omitted optional tensor
+    view: _View
+
+
+def _has_converter(op: torch._ops.OpOverload, settings: CompilationSettings) -> bool:
+    # Imported here: the converter registry imports the conversion package, which
+    # must not be a module-level dependency of the lowering passes.
+    from torch_tensorrt.dynamo.conversion._ConverterRegistry import (
+        DYNAMO_CONVERTERS,
+        ConverterRegistry,
+    )
+
+    executed_in_torch = settings.torch_executed_ops
+    if op in executed_in_torch or (
+        ConverterRegistry.qualified_name_or_str(op) in executed_in_torch
+    ):
+        return False
+    return op in DYNAMO_CONVERTERS.unique_targets()
+
+
+def _v2_view(kwargs: Dict[str, Any], name: str) -> _View:
+    if f"_{name}_slice_dim" in kwargs:
+        return _View(
+            "slice",
+            tuple(kwargs[f"_{name}_slice_{p}"] for p in ("dim", "start", "end")),
+        )
+    if f"_{name}_size" in kwargs:
+        return _View(
+            "as_strided",
+            tuple(kwargs[f"_{name}_{p}"] for p in ("size", "stride", "storage_offset")),
+        )
+    return _View(None)
+
+
+def _may_overlap(args: Sequence[_MutatedArg]) -> bool:
+    """True unless every pair of arguments on one base is a disjoint slice on one dim."""
+    by_base: Dict[int, List[_MutatedArg]] = {}
+    for arg in args:
+        if arg.base_index is not None:
+            by_base.setdefault(arg.base_index, []).append(arg)
+    for group in by_base.values():
+        if len(group) < 2:
+            continue
+        if any(arg.view.kind != "slice" for arg in group):
+            return True
+        dims = {arg.view.params[0] for arg in group}
+        if len(dims) != 1:
+            return True
+        spans = sorted((arg.view.params[1], arg.view.params[2]) for arg in group)
+        for (_, end), (start, _) in zip(spans, spans[1:]):
+            if not all(isinstance(v, int) for v in (end, start)) or start < end:
+                return True
+    return False
+
+
+class _FakeEvaluator:
+    """Computes ``meta['val']`` of new nodes from their inputs' fake values."""
+
+    def __init__(self, gm: torch.fx.GraphModule) -> None:
+        self.gm = gm
+        self.fake_mode = torch._guards.detect_fake_mode(
+            [node.meta.get("val") for node in gm.graph.nodes]
+        )
+
+    def _val(self, a: Any) -> Any:
+        if isinstance(a, torch.fx.Node):
+            if "val" not in a.meta and a.op == "get_attr" and self.fake_mode:
+                # ExportedProgram.module() leaves buffers as get_attr without metadata
+                a.meta["val"] = self.fake_mode.from_tensor(
+                    getattr(self.gm, str(a.target))
+                )
+            return a.meta.get("val")
+        if isinstance(a, (list, tuple)):
+            return type(a)(self._val(x) for x in a)
+        return a
+
+    def __call__(self, target: Any, args: Sequence[Any], kwargs: Dict[str, Any]) -> Any:
+        if self.fake_mode is None:
+            return None
+        fake_args = [self._val(a) for a in args]
+        fake_kwargs = {k: self._val(v) for k, v in kwargs.items()}
+        with self.fake_mode:
+            return target(*fake_args, **fake_kwargs)
+
+
+def _rewrite(
+    gm: torch.fx.GraphModule,
+    node: torch.fx.Node,
+    op: torch._ops.OpOverload,
+    fake: _FakeEvaluator,
+) -> bool:
+    schema = op._schema
+    kwargs = dict(node.kwargs)
+    v2 = node.target is auto_functionalized_v2
+    bases: List[torch.fx.Node] = list(kwargs.get("_all_bases", []))
+    mutated = []
+    for arg in mutated_arguments(schema):
+        if v2:
+            mutated.append(
+                _MutatedArg(
+                    arg.name,
+                    kwargs[f"_{arg.name}_base_index"],
+                    _v2_view(kwargs, arg.name),
+                )
+            )
+        else:
+            mutated.append(_MutatedArg(arg.name, None, _View(None)))
+    if v2 and _may_overlap(mutated):
+        logger.info(
+            f"{op}: mutated arguments {[m.name for m in mutated]} may overlap in one "
+            "base; the op runs in PyTorch"
+        )
+        return False
+
+    graph = gm.graph
+    meta = {k: v for k, v in node.meta.items() if k not in ("val", "tensor_meta")}
+
+    def create(target: Any, args: Tuple[Any, ...]) -> torch.fx.Node:
+        new = graph.call_function(target, args)
+        new.meta.update(meta)
+        new.meta["val"] = fake(target, args, {})
+        return new
+
+    call_args: List[Any] = []
+    call_kwargs: Dict[str, Any] = {}
+    by_name = {m.name: m for m in mutated}
+    with graph.inserting_before(node):
+        for arg in schema.arguments:
+            if arg.name in by_name and v2:
+                m = by_name[arg.name]
+                if m.base_index is None:
+                    value: Any = None
+                else:
+                    base = bases[m.base_index]
+                    if m.view.kind == "slice":
+                        value = create(
+                            torch.ops.aten.slice.Tensor, (base, *m.view.params)
+                        )
+                    elif m.view.kind == "as_strided":
+                        value = create(
+                            torch.ops.aten.as_strided.default, (base, *m.view.params)
+                        )
+                    else:
+                        value = base
+            elif arg.name in kwargs:
+                value = kwargs[arg.name]
+            elif arg.has_default_value():
+                value = arg.default_value
+            else:
+                raise RuntimeError(
+                    f"{node.format_node()}: no value for argument '{arg.name}' of {op}"
+                )
+            if arg.kwarg_only:
+                call_kwargs[arg.name] = value
+            else:
+                call_args.append(value)
+
+        target = FunctionalizedOp(op)
+        call = graph.call_function(target, tuple(call_args), call_kwargs)
+        call.meta.update(meta)
+        call.meta["val"] = fake(target, call_args, call_kwargs)
+        outputs = [
+            create(operator.getitem, (call, i)) for i in range(target.num_outputs)
+        ]
+
+    returns = outputs[: target.num_returns]
+    new_args = dict(zip(target.mutated, outputs[target.num_returns :]))
+    return_slots = max(target.num_returns, 1)
+
+    def new_base(index: int, before: torch.fx.Node) -> torch.fx.Node:
+        value: torch.fx.Node = bases[index]
+        with graph.inserting_before(before):
+            for m in mutated:
+                if m.base_index != index:
+                    continue
+                if m.view.kind is None:
+                    value = new_args[m.name]
+                elif m.view.kind == "slice":
+                    value = create(
+                        torch.ops.aten.slice_scatter.default,
+                        (value, new_args[m.name], *m.view.params),
+                    )
+                else:
+                    value = create(
+                        torch.ops.aten.as_strided_scatter.default,
+                        (value, new_args[m.name], *m.view.params),
+                    )
+        return value
+
+    for user in list(node.users):
+        if user.op != "call_function" or user.target is not operator.getitem:
+            raise RuntimeError(
+                f"{node.format_node()}: unexpected user {user.format_node()}"
+            )
+        index = user.args[1]
+        assert isinstance(index, int)
+        if index < return_slots:
+            replacement = returns[index] if target.num_returns else None
+            assert replacement is not None, f"{user.format_node()} reads a None return"
+        elif v2:
+            replacement = new_base(index - return_slots, user)
+        else:
+            replacement = new_args[target.mutated[index - return_slots]]
+        user.replace_all_uses_with(replacement)
+        graph.erase_node(user)
+    graph.erase_node(node)
+    return True
+
+
+def lower_auto_functionalized(
+    gm: torch.fx.GraphModule, settings: CompilationSettings
+) -> torch.fx.GraphModule:
+    """Rewrite ``auto_functionalized(_v2)`` of convertible ops into ``FunctionalizedOp`` calls"""
+    count = 0
+    fake = _FakeEvaluator(gm)
+    for node in list(gm.graph.nodes):
+        if node.op != "call_function" or node.target not in _AUTO_FUNCTIONALIZED:
+            continue
+        op = node.args[0]
+        if not isinstance(op, torch._ops.OpOverload) or not _has_converter(
+            op, settings
+        ):
+            continue
+        if _rewrite(gm, node, op, fake):
+            count += 1
+
+    if count:
+        gm = clean_up_graph_after_modifications(gm)
+        logger.debug(f"Lowered {count} auto_functionalized node(s):\n{gm.graph}")
+    return gm
