@@ -11,6 +11,7 @@ rewrites them).
 import copy
 import operator
 import unittest
+import unittest.mock
 
 import torch
 import torch_tensorrt
@@ -76,8 +77,8 @@ def _(x):
     return None
 
 
-def _add(ctx, name, x, value):
-    return impl.elementwise.add(ctx, None, SourceIR.ATEN, name, x, value)
+def _add(ctx, target, name, x, value):
+    return impl.elementwise.add(ctx, target, SourceIR.ATEN, name, x, value)
 
 
 @dynamo_tensorrt_converter(
@@ -85,7 +86,7 @@ def _add(ctx, name, x, value):
 )
 def convert_add_one_(ctx, target, args, kwargs, name):
     # a bare ITensor: the new value of x, the only output
-    return _add(ctx, name, args[0], 1.0)
+    return _add(ctx, target, name, args[0], 1.0)
 
 
 @dynamo_tensorrt_converter(
@@ -93,7 +94,7 @@ def convert_add_one_(ctx, target, args, kwargs, name):
 )
 def convert_add_one_ret(ctx, target, args, kwargs, name):
     x, y = args
-    new_x = _add(ctx, f"{name}_x", x, 1.0)
+    new_x = _add(ctx, target, f"{name}_x", x, 1.0)
     out = impl.elementwise.mul(ctx, target, SourceIR.ATEN, f"{name}_out", new_x, y)
     return out, new_x
 
@@ -104,7 +105,10 @@ def convert_add_one_ret(ctx, target, args, kwargs, name):
 def convert_add_two_(ctx, target, args, kwargs, name):
     x, z = args[:2]
     alpha = args[2] if len(args) > 2 else kwargs.get("alpha", 2.0)
-    return _add(ctx, f"{name}_x", x, 1.0), _add(ctx, f"{name}_z", z, alpha)
+    return (
+        _add(ctx, target, f"{name}_x", x, 1.0),
+        _add(ctx, target, f"{name}_z", z, alpha),
+    )
 
 
 # ----------------------------------------------------------------------------
@@ -480,6 +484,101 @@ class TestCompileDryrunOnCpu(TestCase):
                 self.assertTrue(
                     set(in_torch) <= {torch.ops.aten.copy_.default}, in_torch
                 )
+
+
+@unittest.skipIf(not CPU_BUILDER, NEEDS_CPU_BUILDER)
+class TestSerializedEngineOnCpu(TestCase):
+    """The standalone engine returns the new value of every mutated input."""
+
+    def _build(self, module, args, **kwargs):
+        from torch_tensorrt.dynamo import _compiler
+
+        results = []
+        real = _compiler.interpret_module_to_result
+
+        def spy(gm, *a, **kw):
+            results.append((gm, real(gm, *a, **kw)))
+            return results[-1][1]
+
+        ep = torch.export.export(copy.deepcopy(module), _clone(args))
+        with unittest.mock.patch.object(_compiler, "interpret_module_to_result", spy):
+            engine = _compiler.convert_exported_program_to_serialized_trt_engine(
+                ep, arg_inputs=list(args), **kwargs
+            )
+        self.assertIsInstance(engine, bytes)
+        ((gm, result),) = results
+        return engine, gm, result
+
+    def _check_values(self, gm, module, args):
+        """The engine's graph returns the model's outputs, then the new inputs."""
+        compiled, eager_args = gm(*_clone(args)), _clone(args)
+        eager = module(*eager_args)
+        eager = [] if eager is None else [eager]
+        compiled = list(compiled) if isinstance(compiled, (tuple, list)) else [compiled]
+        return compiled, eager, eager_args
+
+    def test_engine_io_per_pattern(self):
+        expected_io = {
+            "inplace_aten_not_returned": (["x"], ["output0", "x_new"]),
+            "inplace_aten_returned": (["x"], ["output0"]),
+            "mutate_input_not_returned": (["x", "y"], ["output0", "x_new"]),
+            "mutate_input_returned": (["x"], ["output0"]),
+            "mutate_input_return_nothing": (["x"], ["x_new"]),
+            "mutate_and_return": (["x", "y"], ["output0", "x_new"]),
+            "two_mutated_args": (["x", "z"], ["output0", "x_new", "z_new"]),
+        }
+        for name, cls, n in USER_INPUT_CASES:
+            if cls is NoConverter:
+                continue
+            with self.subTest(name):
+                args = _inputs(n)
+                _, gm, result = self._build(
+                    cls(), args, require_full_compilation=True, min_block_size=1
+                )
+                self.assertEqual(
+                    (result.input_names, result.output_names), expected_io[name]
+                )
+                outputs, eager, eager_args = self._check_values(gm, cls(), args)
+                expected = eager + [
+                    a for a, b in zip(eager_args, args) if not torch.equal(a, b)
+                ]
+                if name in ("inplace_aten_returned", "mutate_input_returned"):
+                    expected = eager  # the returned input is its new value
+                self.assertEqual(outputs, expected)
+
+    def test_dynamic_batch(self):
+        args = _inputs(2, batch=4)
+        module = MutateAndReturn()
+        batch = torch.export.Dim("batch", min=1, max=8)
+        ep = torch.export.export(
+            module, _clone(args), dynamic_shapes=({0: batch}, {0: batch})
+        )
+        inputs = [
+            torch_tensorrt.Input(
+                min_shape=(1, 16), opt_shape=(4, 16), max_shape=(8, 16), name=n
+            )
+            for n in ("x", "y")
+        ]
+        engine = (
+            torch_tensorrt.dynamo.convert_exported_program_to_serialized_trt_engine(
+                ep, arg_inputs=inputs, min_block_size=1
+            )
+        )
+        self.assertIn(b"x_new", engine)
+
+    def test_unlifted_buffer_mutation_is_an_error_not_a_silent_drop(self):
+        with self.assertRaisesRegex(
+            RuntimeError, r"buffer 'state'.*lift_mutable_buffers=True"
+        ):
+            self._build(MutateBuffer(), _inputs(1), min_block_size=1)
+
+    def test_op_without_converter_is_reported(self):
+        from torch_tensorrt.dynamo.conversion._TRTInterpreter import (
+            UnsupportedOperatorException,
+        )
+
+        with self.assertRaisesRegex(UnsupportedOperatorException, "no_converter_"):
+            self._build(NoConverter(), _inputs(1))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,130 @@
+"""Input mutations of a graph converted whole into one engine become engine outputs.
+
+``ExportedProgram.module()`` expresses a mutation of a graph input as a trailing
+``aten.copy_(input, new_value)``. ``compile()`` leaves that ``copy_`` to PyTorch
+after the engine that computes ``new_value``; a standalone engine
+(``convert_exported_program_to_serialized_trt_engine``) has no PyTorch around
+it, so the new value must leave the engine as an output for the caller to write
+back (or, with aliased engine I/O, to bind to the input's own memory).
+
+Binding-name convention: the new value of input binding ``X`` is the engine
+output ``X_new``. When the new value is also one of the model's outputs, the
+engine has a single output for both and that output keeps the model's name
+(``output{i}`` or the user's binding name); :class:`WriteBack` says which.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import List, Optional, Sequence
+
+import torch
+
+logger = logging.getLogger(__name__)
+
+WRITE_BACK_SUFFIX = "_new"
+
+
+@dataclass(frozen=True)
+class WriteBack:
+    """Engine output ``output_name`` holds the new value of input ``input_name``."""
+
+    input_name: str
+    output_name: str
+
+
+def _is_write_back(node: torch.fx.Node) -> bool:
+    return node.op == "call_function" and node.target in (
+        torch.ops.aten.copy_.default,
+        torch.ops.aten.copy_,
+    )
+
+
+def expose_write_backs(
+    gm: torch.fx.GraphModule,
+    input_binding_names: Optional[Sequence[str]] = None,
+    output_binding_names: Optional[Sequence[str]] = None,
+) -> List[WriteBack]:
+    """Turn every ``copy_`` write-back of a graph input into a graph output.
+
+    Also drops ``None`` entries from the outputs (a model that returns nothing):
+    an engine has no ``None`` outputs. Returns one :class:`WriteBack` per mutated
+    input and leaves the full list of output binding names (the given ones, or
+    ``output{i}``, then ``<input>_new``) in ``gm.meta["_output_binding_names"]``.
+    Raises ``RuntimeError`` for a write-back into anything but a graph input
+    (e.g. a buffer that was not lifted into an engine input): a standalone engine
+    could not express it and the mutation would be lost.
+    """
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    input_names = (
+        list(input_binding_names)
+        if input_binding_names is not None
+        else [n.name for n in placeholders]
+    )
+    name_of_input = dict(zip(placeholders, input_names))
+
+    output_node = next(n for n in gm.graph.nodes if n.op == "output")
+    outputs = list(output_node.args[0])
+    write_backs = [n for n in gm.graph.nodes if _is_write_back(n)]
+    if not write_backs and all(o is not None for o in outputs):
+        gm.meta["_output_binding_names"] = output_binding_names
+        return []
+
+    # A write-back that is itself returned returns the input, i.e. its new value.
+    user_outputs = [
+        o.args[1] if isinstance(o, torch.fx.Node) and _is_write_back(o) else o
+        for o in outputs
+    ]
+    kept = [i for i, o in enumerate(user_outputs) if o is not None]
+    new_outputs = [user_outputs[i] for i in kept]
+    if output_binding_names is not None:
+        names = [output_binding_names[i] for i in kept]
+    else:
+        names = [f"output{i}" for i in range(len(new_outputs))]
+
+    result = []
+    for node in write_backs:
+        target, value = node.args[0], node.args[1]
+        if not isinstance(target, torch.fx.Node) or target.op != "placeholder":
+            what = (
+                f"buffer '{target.target}'"
+                if isinstance(target, torch.fx.Node) and target.op == "get_attr"
+                else f"'{target}'"
+            )
+            raise RuntimeError(
+                f"The graph writes a new value into {what} ({node.format_node()}), "
+                "which is not an input of the engine: a serialized engine cannot "
+                "express that mutation. Pass lift_mutable_buffers=True to make mutated "
+                "buffers engine inputs."
+            )
+        input_name = name_of_input[target]
+        if value in new_outputs:
+            output_name = names[new_outputs.index(value)]
+        else:
+            output_name = input_name + WRITE_BACK_SUFFIX
+            if output_name in names or output_name in input_names:
+                raise RuntimeError(
+                    f"Binding name '{output_name}' for the new value of input "
+                    f"'{input_name}' is already used; rename that input or output"
+                )
+            new_outputs.append(value)
+            names.append(output_name)
+        result.append(WriteBack(input_name, output_name))
+        node.replace_all_uses_with(target)
+        gm.graph.erase_node(node)
+
+    output_node.args = (tuple(new_outputs),)
+    codegen = gm.graph._codegen
+    if isinstance(codegen, torch.fx.graph._PyTreeCodeGen):
+        # ExportedProgram.module() unflattens outputs by the model's spec
+        _, out_spec = torch.utils._pytree.tree_flatten(tuple(new_outputs))
+        codegen.pytree_info = codegen.pytree_info._replace(out_spec=out_spec)
+    gm.graph.lint()
+    gm.recompile()
+    gm.meta["_output_binding_names"] = names
+    logger.info(
+        "Engine outputs carrying input mutations: "
+        + ", ".join(f"{w.output_name} -> {w.input_name}" for w in result)
+    )
+    return result
