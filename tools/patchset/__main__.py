@@ -1,6 +1,7 @@
 """Command line: ``tools/patchset-cli <command> ...`` (see CONTRIBUTING.md)."""
 
 import argparse
+import re
 import sys
 from typing import List
 
@@ -55,7 +56,10 @@ def _cmd_export(args: argparse.Namespace) -> str:
 def _cmd_upstream_tests(args: argparse.Namespace) -> str:
     from . import upstream_tests
 
-    return upstream_tests.run(args.checkout, args.paths, args.report)
+    summary = upstream_tests.run(args.checkout, args.paths, args.report)
+    if re.search(r"\b[1-9]\d* (failed|error)", summary):
+        raise PatchsetError(summary)  # exit status 1 when anything failed
+    return summary
 
 
 def main(argv: List[str]) -> int:

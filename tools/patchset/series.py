@@ -125,35 +125,61 @@ def _git_apply(args: Sequence[str], cwd: str) -> subprocess.CompletedProcess:
     )
 
 
-def _rejected_hunks(patch: Patch, tree: str, strip: int) -> List[str]:
-    """Name each failing file/hunk by re-applying with --reject in a scratch copy."""
+def rejected_hunks(patch: Patch, tree: str, strip: int) -> List[str]:
+    """Name each file/hunk of ``patch`` that does not apply to ``tree``.
+
+    The files the patch touches are copied into a scratch directory and the patch
+    is re-applied there with ``--reject --verbose``, whose report names every
+    rejected hunk; ``tree`` itself stays untouched.
+    """
     scratch = tempfile.mkdtemp(prefix="patchset-reject-")
     try:
-        copy = os.path.join(scratch, "tree")
-        shutil.copytree(tree, copy, symlinks=True)
-        result = _git_apply([f"-p{strip}", "--reject", "--verbose", patch.path], copy)
-        failures = []
-        current: Optional[str] = None
-        for line in (result.stdout + result.stderr).splitlines():
-            m = re.match(r"(?:Checking patch|Applying patch) (\S+)", line)
-            if m:
-                current = m.group(1)
-            m = re.match(r"Rejected hunk #(\d+)\.", line)
-            if m:
-                failures.append(f"{current} hunk #{m.group(1)}")
-            m = re.match(r"error: (.*)", line)
-            if m and "patch failed" not in line:
-                failures.append(m.group(1))
-        return failures or [(result.stderr or result.stdout).strip().splitlines()[-1]]
+        for path in patch.touched_files():
+            rel = path.split("/", strip - 1)[-1]
+            src = os.path.join(tree, rel)
+            if os.path.isfile(src):
+                dest = os.path.join(scratch, rel)
+                os.makedirs(os.path.dirname(dest), exist_ok=True)
+                shutil.copyfile(src, dest)
+        result = _git_apply(
+            [f"-p{strip}", "--reject", "--verbose", patch.path], scratch
+        )
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+    failures = []
+    current = "?"
+    for line in (result.stderr + result.stdout).splitlines():
+        m = re.match(
+            r"(?:Checking|Applying) patch (\S+?)(?:\.\.\.| with \d+ rejects?\.\.\.)$",
+            line,
+        )
+        if m:
+            current = m.group(1)
+            continue
+        m = re.match(r"Rejected hunk #(\d+)\.$", line)
+        if m:
+            failures.append(f"{current} hunk #{m.group(1)}")
+            continue
+        m = re.match(
+            r"error: (\S+): (?:No such file or directory|does not exist in index)$",
+            line,
+        )
+        if m:
+            failures.append(f"{m.group(1)}: does not exist")
+            continue
+        m = re.match(
+            r"error: (\S+): already exists in (?:working directory|index)$", line
+        )
+        if m:
+            failures.append(f"{m.group(1)}: already exists")
+    return failures or [(result.stderr or result.stdout).strip().splitlines()[-1]]
 
 
 def apply_patch(patch: Patch, tree: str, strip: int) -> None:
     """Apply one patch to ``tree`` completely, or raise naming patch, file and hunk."""
     result = _git_apply([f"-p{strip}", patch.path], tree)
     if result.returncode != 0:
-        failures = _rejected_hunks(patch, tree, strip)
+        failures = rejected_hunks(patch, tree, strip)
         raise PatchsetError(f"patch {patch.name} does not apply: {'; '.join(failures)}")
 
 

@@ -186,6 +186,44 @@ class MutateTwoSlicesOfOneBuffer(StateModule):
         return x + self.state
 
 
+class ReturnMutatedBuffer(StateModule):
+    def forward(self, x):
+        torch.ops.trt_mut.add_one_(self.state)
+        return self.state
+
+
+class MutateBufferWithOtherOutputs(StateModule):
+    def forward(self, x):
+        torch.ops.trt_mut.add_one_(self.state)
+        return x * 2, self.state + 1
+
+
+class MutateBufferAndReturn(StateModule):
+    def forward(self, x):
+        return torch.ops.trt_mut.add_one_ret(self.state, x)
+
+
+class MutateRowState(torch.nn.Module):
+    """State without a batch dimension, for dynamic batch sizes."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("state", torch.zeros(16))
+
+    def forward(self, x):
+        torch.ops.trt_mut.add_one_(self.state)
+        return x + self.state
+
+
+BUFFER_CASES = [
+    ("mutate_buffer", MutateBuffer),
+    ("mutate_buffer_slice", MutateBufferSlice),
+    ("mutate_two_slices_of_one_buffer", MutateTwoSlicesOfOneBuffer),
+    ("return_mutated_buffer", ReturnMutatedBuffer),
+    ("mutate_buffer_with_other_outputs", MutateBufferWithOtherOutputs),
+    ("mutate_buffer_and_return", MutateBufferAndReturn),
+]
+
 USER_INPUT_CASES = [
     ("inplace_aten_not_returned", InplaceAtenNotReturned, 1),
     ("inplace_aten_returned", InplaceAtenReturned, 1),
@@ -464,6 +502,45 @@ class TestCompileDryrunOnCpu(TestCase):
                     compiled_args, eager_args = _clone(args), _clone(args)
                     self.assertEqual(gm(*compiled_args), cls()(*eager_args))
                     self.assertEqual(compiled_args, eager_args, msg="mutation lost")
+
+    def test_buffer_matrix_updates_the_module_state_like_eager(self):
+        for name, cls in BUFFER_CASES:
+            with self.subTest(name):
+                x = _inputs(1)[0]
+                gm = self._compile(cls(), (x,), require_full_compilation=True)
+                engines = [c for c, _ in gm.named_children() if "_run_on_acc" in c]
+                self.assertEqual(engines, ["_run_on_acc_0"])
+                eager = cls()
+                for step in range(3):
+                    self.assertEqual(gm(x.clone()), eager(x.clone()))
+                    self.assertEqual(
+                        gm.get_buffer("state"), eager.state, msg=f"step {step}"
+                    )
+
+    def test_dynamic_batch(self):
+        batch = torch.export.Dim("batch", min=1, max=8)
+        for cls, n in ((MutateAndReturn, 2), (MutateRowState, 1)):
+            with self.subTest(cls.__name__):
+                args = _inputs(n, batch=4)
+                shapes = tuple({0: batch} for _ in range(n))
+                ep = torch.export.export(cls(), _clone(args), dynamic_shapes=shapes)
+                inputs = [
+                    torch_tensorrt.Input(
+                        min_shape=(1, 16), opt_shape=(4, 16), max_shape=(8, 16)
+                    )
+                    for _ in range(n)
+                ]
+                gm = torch_tensorrt.dynamo.compile(
+                    ep, arg_inputs=inputs, dryrun=True, min_block_size=1
+                )
+                eager = cls()
+                for batch_size in (2, 5):
+                    small = _inputs(n, batch=batch_size)
+                    compiled_args, eager_args = _clone(small), _clone(small)
+                    self.assertEqual(gm(*compiled_args), eager(*eager_args))
+                    self.assertEqual(compiled_args, eager_args)
+                    if cls is MutateRowState:
+                        self.assertEqual(gm.get_buffer("state"), eager.state)
 
     def test_require_full_compilation_gives_one_engine(self):
         for name, cls, n in USER_INPUT_CASES:

@@ -1,0 +1,382 @@
+"""Export the patch set onto an upstream pytorch/TensorRT checkout as a PR branch.
+
+``export`` turns every patch of the series into one commit (message built from
+the patch's DEP-3 header, author taken from its ``Author:`` field), then adds
+one commit with the new modules (``py/``) and our upstream-style tests
+(``tests/py/``). All of it happens in a temporary ``--shared`` clone of the
+checkout; the user's checkout only receives the finished branch, by a single
+``git fetch``, and only when every patch applied and every new file was free.
+When something does not fit, every conflict of every patch is collected and
+reported in one error, and the checkout is left exactly as it was.
+"""
+
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from . import REPO_ROOT, PatchsetError, series, wheelbuild
+
+TESTS_ROOT = os.path.join(REPO_ROOT, "tests", "py")
+DEFAULT_IDENTITY = ("patchset", "patchset@localhost")
+
+# Environment variables that would make git act on another repository, index
+# or object store than the one named with ``-C`` (e.g. when run from a hook).
+_GIT_LOCATION_VARS = (
+    "GIT_DIR",
+    "GIT_WORK_TREE",
+    "GIT_INDEX_FILE",
+    "GIT_OBJECT_DIRECTORY",
+    "GIT_ALTERNATE_OBJECT_DIRECTORIES",
+    "GIT_COMMON_DIR",
+    "GIT_NAMESPACE",
+    "GIT_PREFIX",
+    "GIT_QUARANTINE_PATH",
+)
+_UPSTREAM_MARKERS = ("py/torch_tensorrt/dynamo", "tests/py")
+_AUTHOR_RE = re.compile(r"^(?P<name>[^<>]*\S)\s*<(?P<email>[^<>\s]+@[^<>\s]+)>$")
+_FIELD_RE = re.compile(r"^(?P<key>[A-Za-z][A-Za-z0-9-]*):(?:\s+(?P<value>.*))?$")
+_SKIP_DIRS = ("__pycache__", ".pytest_cache")
+_MAX_SUBJECT_NAMES = 3
+
+
+def _git_env() -> Dict[str, str]:
+    """The current environment without variables that redirect git elsewhere."""
+    return {k: v for k, v in os.environ.items() if k not in _GIT_LOCATION_VARS}
+
+
+def _run_git(
+    repo: str, args: Sequence[str], input_text: Optional[str] = None
+) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        ["git", "-C", repo, *args],
+        capture_output=True,
+        text=True,
+        input=input_text,
+        env=_git_env(),
+    )
+
+
+def _succeeds(repo: str, args: Sequence[str]) -> bool:
+    return _run_git(repo, args).returncode == 0
+
+
+def _git(repo: str, args: Sequence[str], input_text: Optional[str] = None) -> str:
+    """Run git in ``repo``; return stdout or raise naming the command and git's last line."""
+    result = _run_git(repo, args, input_text)
+    if result.returncode != 0:
+        detail = (result.stderr or result.stdout).strip().splitlines()
+        reason = detail[-1] if detail else f"exit status {result.returncode}"
+        raise PatchsetError(f"git {args[0]} failed in {repo}: {reason}")
+    return result.stdout
+
+
+# --------------------------------------------------------------------------- checkout
+
+
+def _validate_checkout(checkout: str, branch: str) -> str:
+    """Return the checkout's top directory, or raise naming why it cannot be used."""
+    path = os.path.abspath(checkout)
+    if not os.path.isdir(path):
+        raise PatchsetError(
+            f"not a git work tree: {path} does not exist or is not a directory"
+        )
+    inside = _run_git(path, ["rev-parse", "--is-inside-work-tree"])
+    if inside.returncode != 0 or inside.stdout.strip() != "true":
+        raise PatchsetError(f"not a git work tree: {path}")
+    top = _git(path, ["rev-parse", "--show-toplevel"]).strip()
+    if os.path.realpath(top) != os.path.realpath(path):
+        raise PatchsetError(
+            f"not the top of a git work tree: {path} (the top is {top})"
+        )
+    missing = [m for m in _UPSTREAM_MARKERS if not os.path.isdir(os.path.join(path, m))]
+    if missing:
+        raise PatchsetError(
+            f"not a pytorch/TensorRT checkout: {path} has no {' or '.join(missing)}/"
+        )
+    if not _succeeds(path, ["rev-parse", "--verify", "-q", "HEAD^{commit}"]):
+        raise PatchsetError(f"upstream checkout has no commits: {path}")
+    status = _git(path, ["status", "--porcelain", "--untracked-files=all"]).splitlines()
+    if status:
+        more = f" (+{len(status) - 1} more)" if len(status) > 1 else ""
+        raise PatchsetError(
+            f"dirty upstream checkout: {path}: {status[0].strip()}{more}; commit or stash first"
+        )
+    if not _succeeds(path, ["check-ref-format", "--branch", branch]):
+        raise PatchsetError(f"invalid branch name: {branch!r}")
+    if _succeeds(path, ["show-ref", "--verify", "-q", f"refs/heads/{branch}"]):
+        raise PatchsetError(
+            f"branch {branch} already exists in {path}; choose another with --branch"
+        )
+    return path
+
+
+def _identity_args(checkout: str) -> List[str]:
+    """``-c user.name=... -c user.email=...``: the checkout's identity, or a default where it has none.
+
+    The temporary clone does not inherit the checkout's own ``.git/config``, so
+    its identity is passed on explicitly; ``GIT_AUTHOR_*``/``GIT_COMMITTER_*``
+    in the environment still take precedence, as they would in the checkout.
+    """
+    args = []
+    for key, default in zip(("user.name", "user.email"), DEFAULT_IDENTITY):
+        value = _run_git(checkout, ["config", "--get", key]).stdout.strip()
+        args += ["-c", f"{key}={value or default}"]
+    return args
+
+
+# --------------------------------------------------------------------------- messages
+
+
+@dataclass
+class _Field:
+    """One DEP-3 header field: ``Key: value`` and its indented continuation lines."""
+
+    key: str
+    value: str
+    lines: List[str]
+
+
+def _header_fields(header: str) -> Tuple[List[_Field], List[str]]:
+    """Split a DEP-3 header into its fields, in order, and any free-form lines.
+
+    A field's first line is ``Key: value``; following lines indented by
+    whitespace continue it. Anything else is free-form text, kept in order.
+    """
+    fields: List[_Field] = []
+    free: List[str] = []
+    current: Optional[_Field] = None
+    for line in header.rstrip().splitlines():
+        if line[:1] in (" ", "\t") and current is not None:
+            current.lines.append(line)
+            continue
+        m = _FIELD_RE.match(line)
+        if m:
+            current = _Field(m.group("key"), (m.group("value") or "").strip(), [line])
+            fields.append(current)
+        else:
+            current = None
+            free.append(line)
+    return fields, free
+
+
+def commit_message(patch: series.Patch) -> Tuple[str, Optional[str]]:
+    """Git commit message and ``Name <email>`` author (or None) from the patch's DEP-3 header.
+
+    The subject is the first line of ``Description:`` (or ``Subject:``). The
+    body is the long description, de-indented (`` .`` lines become blank
+    lines), then any free-form text, then the other header fields as written.
+    The author is the ``Author:`` field when it has the form ``Name <email>``.
+    """
+    fields, free = _header_fields(patch.header)
+    description = next(
+        (f for f in fields if f.key.lower() in ("description", "subject")), None
+    )
+    if description is None or not description.value:
+        raise PatchsetError(
+            f"{patch.name}: header lacks 'Description:'; cannot make a commit subject"
+        )
+    long_lines = []
+    for line in description.lines[1:]:
+        text = line[1:].rstrip()
+        long_lines.append("" if text.strip() == "." else text)
+    others = [line.rstrip() for f in fields if f is not description for line in f.lines]
+    paragraphs = ["\n".join(long_lines), "\n".join(free), "\n".join(others)]
+    body = "\n\n".join(p.strip("\n") for p in paragraphs if p.strip())
+    author_field = next((f for f in fields if f.key.lower() == "author"), None)
+    m = _AUTHOR_RE.match(author_field.value) if author_field else None
+    author = f"{m.group('name')} <{m.group('email')}>" if m else None
+    message = f"{description.value}\n\n{body}\n" if body else f"{description.value}\n"
+    return message, author
+
+
+def _name_list(names: List[str]) -> str:
+    if len(names) > _MAX_SUBJECT_NAMES:
+        names = names[:_MAX_SUBJECT_NAMES] + [f"{len(names) - _MAX_SUBJECT_NAMES} more"]
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
+def overlay_message(modules: List[str], tests: List[str]) -> str:
+    """Commit message of the overlay commit: subject naming what is added, body listing every file."""
+    module_names = [
+        os.path.splitext(os.path.basename(m))[0] for m in modules if m.endswith(".py")
+    ]
+    module_names = [n for n in module_names if n != "__init__"] or [
+        os.path.basename(m) for m in modules
+    ]
+    test_names = [
+        re.sub(r"^test_", "", os.path.splitext(os.path.basename(t))[0])
+        for t in tests
+        if re.match(r"test_.*\.py$", os.path.basename(t))
+    ] or [os.path.basename(t) for t in tests]
+    if modules and tests:
+        subject = f"feat: add {_name_list(module_names)}, with tests"
+    elif modules:
+        subject = f"feat: add {_name_list(module_names)}"
+    else:
+        subject = f"test: add tests for {_name_list(test_names)}"
+    body = "New files of the patch set:\n\n" + "".join(
+        f"  {f}\n" for f in modules + tests
+    )
+    return f"{subject}\n\n{body}"
+
+
+# --------------------------------------------------------------------------- patches
+
+
+def _failing_hunks(patch: series.Patch, work: str) -> List[str]:
+    """Each failing file/hunk of a patch that does not apply to ``work``."""
+    if _succeeds(work, ["apply", "--check", "-R", "-p1", patch.path]):
+        return ["already applied upstream (it reverse-applies cleanly)"]
+    return series.rejected_hunks(patch, work, strip=1)
+
+
+def _commit(
+    work: str, identity: List[str], message: str, author: Optional[str]
+) -> None:
+    args = [*identity, "commit", "-q", "--no-verify", "--cleanup=whitespace", "-F", "-"]
+    if author:
+        args.append(f"--author={author}")
+    result = _run_git(work, args, message)
+    if result.returncode != 0:
+        detail = (result.stderr or result.stdout).strip().splitlines()
+        raise PatchsetError(
+            f"git commit failed in {work}: {detail[-1] if detail else result.returncode}"
+        )
+
+
+def _apply_series(
+    work: str, identity: List[str], patches: List[series.Patch]
+) -> Tuple[int, List[str]]:
+    """Apply and commit each patch; return (commits made, conflicts of the patches that failed)."""
+    # Every header is checked before the first patch is applied.
+    messages = [commit_message(p) for p in patches]
+    commits, conflicts = 0, []
+    for patch, (message, author) in zip(patches, messages):
+        if not patch.diff.strip():
+            conflicts.append(f"{patch.name}: contains no diff")
+            continue
+        result = _run_git(
+            work, ["apply", "--index", "-p1", "--whitespace=nowarn", patch.path]
+        )
+        if result.returncode != 0:
+            detail = (result.stderr or result.stdout).strip().splitlines()
+            error = (
+                detail[-1] if detail else f"git apply exit status {result.returncode}"
+            )
+            conflicts += [
+                f"{patch.name}: {failure}" for failure in _failing_hunks(patch, work)
+            ]
+            continue
+        _commit(work, identity, message, author)
+        commits += 1
+    return commits, conflicts
+
+
+# --------------------------------------------------------------------------- overlay
+
+
+def _files_under(root: str) -> List[str]:
+    """Files below ``root`` (relative, ``/``-separated, sorted), without caches and byte code."""
+    files = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS)
+        for name in sorted(filenames):
+            if not name.endswith((".pyc", ".pyo")):
+                files.append(
+                    os.path.relpath(os.path.join(dirpath, name), root).replace(
+                        os.sep, "/"
+                    )
+                )
+    return files
+
+
+def _overlay_plan(
+    work: str, overlay_root: Optional[str], tests_root: Optional[str]
+) -> Tuple[List[Tuple[str, str]], List[str]]:
+    """(source, upstream path) pairs of new files, and the ones that would overwrite upstream files."""
+    if overlay_root is None:
+        overlay_root, modules = wheelbuild.OVERLAY_ROOT, wheelbuild.overlay_files()
+    else:
+        modules = _files_under(overlay_root)
+    tests_root = TESTS_ROOT if tests_root is None else tests_root
+    tests = _files_under(tests_root) if os.path.isdir(tests_root) else []
+    plan = [(os.path.join(overlay_root, rel), "py/" + rel) for rel in modules]
+    plan += [(os.path.join(tests_root, rel), "tests/py/" + rel) for rel in tests]
+    clashes = [
+        f"{dest} would overwrite an upstream file"
+        for _, dest in plan
+        if os.path.lexists(os.path.join(work, dest))
+    ]
+    return plan, clashes
+
+
+def _commit_overlay(
+    work: str, identity: List[str], plan: List[Tuple[str, str]]
+) -> None:
+    for src, dest in plan:
+        target = os.path.join(work, dest)
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        shutil.copy2(src, target)
+    added = [dest for _, dest in plan]
+    _git(work, ["add", "--", *added])
+    message = overlay_message(
+        [d for d in added if d.startswith("py/")],
+        [d for d in added if d.startswith("tests/")],
+    )
+    _commit(work, identity, message, None)
+
+
+# --------------------------------------------------------------------------- entry point
+
+
+def export(
+    checkout: str,
+    branch: str,
+    patch_dir: Optional[str] = None,
+    overlay_root: Optional[str] = None,
+    tests_root: Optional[str] = None,
+) -> str:
+    """Create ``branch`` in the upstream ``checkout``: one commit per patch, then one for new files.
+
+    ``patch_dir`` (a directory with ``series``), ``overlay_root`` (files to add
+    under ``py/``) and ``tests_root`` (files to add under ``tests/py/``) default
+    to this repository's ``patches/``, ``py/`` and ``tests/py/``. The checkout's
+    HEAD, current branch, index and work tree are never changed; on any
+    failure no branch is created. Returns a one-line summary.
+    """
+    top = _validate_checkout(checkout, branch)
+    patches = series.read_series(patch_dir) if patch_dir else series.read_series()
+    identity = _identity_args(top)
+    head = _git(top, ["rev-parse", "HEAD^{commit}"]).strip()
+    scratch = tempfile.mkdtemp(prefix="patchset-export-")
+    work = os.path.join(scratch, "clone")
+    try:
+        _git(scratch, ["clone", "-q", "--shared", "--no-checkout", top, work])
+        _git(work, ["checkout", "-q", "-b", branch, head])
+        commits, conflicts = _apply_series(work, identity, patches)
+        plan, clashes = _overlay_plan(work, overlay_root, tests_root)
+        conflicts += [f"overlay: {c}" for c in clashes]
+        if conflicts:
+            raise PatchsetError(
+                f"{len(conflicts)} conflict(s) exporting onto {top} at {head[:10]}, no branch created: "
+                + "; ".join(conflicts)
+            )
+        if plan:
+            _commit_overlay(work, identity, plan)
+            commits += 1
+        if commits == 0:
+            raise PatchsetError(
+                "nothing to export: the series is empty and there are no new modules or tests"
+            )
+        _git(top, ["fetch", "-q", work, f"refs/heads/{branch}:refs/heads/{branch}"])
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    overlay = f" + 1 commit with {len(plan)} new file(s)" if plan else ""
+    return (
+        f"created branch {branch} in {top}: {commits} commit(s) on {head[:10]} "
+        f"({len(patches)} patch commit(s){overlay})"
+    )
