@@ -22,6 +22,9 @@ from torch_tensorrt.dynamo._SourceIR import SourceIR
 from torch_tensorrt.dynamo.conversion import dynamo_tensorrt_converter, impl
 from torch_tensorrt.dynamo.conversion._functionalized_op import FunctionalizedOp
 from torch_tensorrt.dynamo.lowering import post_lowering
+from torch_tensorrt.dynamo.lowering.passes.lower_auto_functionalized import (
+    lower_auto_functionalized,
+)
 
 NO_CUDA = not torch.cuda.is_available()
 CPU_BUILDER = NO_CUDA and ENABLED_FEATURES.tensorrt_rtx
@@ -251,6 +254,12 @@ def _lowered(module, args, **settings):
     return post_lowering(gm, CompilationSettings(**settings))
 
 
+def _only_this_pass(module, args):
+    """The decomposed graph after lower_auto_functionalized alone (no folding)."""
+    gm = torch.export.export(module, _clone(args)).run_decompositions().module()
+    return lower_auto_functionalized(gm, CompilationSettings())
+
+
 def _graph(gm):
     """The lowered graph, one node per line, without metadata noise."""
     lines = []
@@ -372,13 +381,7 @@ return (mul,)""",
         )
 
     def test_buffer_slice_becomes_slice_and_slice_scatter(self):
-        ep = torch.export.export(MutateBufferSlice(), _inputs(1))
-        gm = ep.run_decompositions().module()
-        from torch_tensorrt.dynamo.lowering.passes.lower_auto_functionalized import (
-            lower_auto_functionalized,
-        )
-
-        gm = lower_auto_functionalized(gm, CompilationSettings())
+        gm = _only_this_pass(MutateBufferSlice(), _inputs(1))
         self.assertExpectedInline(
             _graph(gm),
             """\
@@ -395,13 +398,7 @@ return (add,)""",
         )
 
     def test_two_slices_of_one_buffer(self):
-        ep = torch.export.export(MutateTwoSlicesOfOneBuffer(), _inputs(1))
-        gm = ep.run_decompositions().module()
-        from torch_tensorrt.dynamo.lowering.passes.lower_auto_functionalized import (
-            lower_auto_functionalized,
-        )
-
-        gm = lower_auto_functionalized(gm, CompilationSettings())
+        gm = _only_this_pass(MutateTwoSlicesOfOneBuffer(), _inputs(1))
         self.assertExpectedInline(
             _graph(gm),
             """\
@@ -471,10 +468,6 @@ return (add,)""",
 
         ep = torch.export.export(Plain(), _inputs(1))
         before = ep.run_decompositions().module()
-        from torch_tensorrt.dynamo.lowering.passes.lower_auto_functionalized import (
-            lower_auto_functionalized,
-        )
-
         after = lower_auto_functionalized(copy.deepcopy(before), CompilationSettings())
         self.assertEqual(str(after.graph), str(before.graph))
 
