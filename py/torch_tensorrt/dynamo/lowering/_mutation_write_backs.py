@@ -45,12 +45,16 @@ def expose_write_backs(
     gm: torch.fx.GraphModule,
     input_binding_names: Optional[Sequence[str]] = None,
     output_binding_names: Optional[Sequence[str]] = None,
+    state_inputs: Sequence[str] = (),
 ) -> List[WriteBack]:
     """Turn every ``copy_`` write-back of a graph input into a graph output.
 
     Also drops ``None`` entries from the outputs (a model that returns nothing):
-    an engine has no ``None`` outputs. Returns one :class:`WriteBack` per mutated
-    input and leaves the full list of output binding names (the given ones, or
+    an engine has no ``None`` outputs. ``state_inputs`` names the inputs whose new
+    values are already the last graph outputs (lifted buffers written back by
+    copy, see ``lift_mutated_buffers``); ``output_binding_names`` names the
+    outputs before those. Returns one :class:`WriteBack` per mutated input or
+    state and leaves the full list of output binding names (the given ones, or
     ``output{i}``, then ``<input>_new``) in ``gm.meta["_output_binding_names"]``.
     Raises ``RuntimeError`` for a write-back into anything but a graph input
     (e.g. a buffer that was not lifted into an engine input): a standalone engine
@@ -67,9 +71,11 @@ def expose_write_backs(
     output_node = next(n for n in gm.graph.nodes if n.op == "output")
     outputs = list(output_node.args[0])
     write_backs = [n for n in gm.graph.nodes if _is_write_back(n)]
-    if not write_backs and all(o is not None for o in outputs):
+    if not write_backs and not state_inputs and all(o is not None for o in outputs):
         gm.meta["_output_binding_names"] = output_binding_names
         return []
+    state_values = outputs[len(outputs) - len(state_inputs) :]
+    outputs = outputs[: len(outputs) - len(state_inputs)]
 
     # A write-back that is itself returned returns the input, i.e. its new value.
     user_outputs = [
@@ -84,6 +90,23 @@ def expose_write_backs(
         names = [f"output{i}" for i in range(len(new_outputs))]
 
     result = []
+
+    def output_for(input_name: str, value: torch.fx.Node) -> WriteBack:
+        """The output carrying ``value``: the model's own when it returns it."""
+        if value in new_outputs:
+            return WriteBack(input_name, names[new_outputs.index(value)])
+        output_name = input_name + WRITE_BACK_SUFFIX
+        if output_name in names or output_name in input_names:
+            raise RuntimeError(
+                f"Binding name '{output_name}' for the new value of input "
+                f"'{input_name}' is already used; rename that input or output"
+            )
+        new_outputs.append(value)
+        names.append(output_name)
+        return WriteBack(input_name, output_name)
+
+    for input_name, value in zip(state_inputs, state_values):
+        result.append(output_for(input_name, value))
     for node in write_backs:
         target, value = node.args[0], node.args[1]
         if not isinstance(target, torch.fx.Node) or target.op != "placeholder":
@@ -98,19 +121,7 @@ def expose_write_backs(
                 "express that mutation. Pass lift_mutable_buffers=True to make mutated "
                 "buffers engine inputs."
             )
-        input_name = name_of_input[target]
-        if value in new_outputs:
-            output_name = names[new_outputs.index(value)]
-        else:
-            output_name = input_name + WRITE_BACK_SUFFIX
-            if output_name in names or output_name in input_names:
-                raise RuntimeError(
-                    f"Binding name '{output_name}' for the new value of input "
-                    f"'{input_name}' is already used; rename that input or output"
-                )
-            new_outputs.append(value)
-            names.append(output_name)
-        result.append(WriteBack(input_name, output_name))
+        result.append(output_for(name_of_input[target], value))
         node.replace_all_uses_with(target)
         gm.graph.erase_node(node)
 

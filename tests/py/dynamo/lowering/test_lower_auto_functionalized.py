@@ -636,6 +636,31 @@ class TestSerializedEngineOnCpu(TestCase):
         )
         self.assertIn(b"x_new", engine)
 
+    def test_lifted_buffer_state_leaves_the_engine(self):
+        for name, cls in BUFFER_CASES:
+            with self.subTest(name):
+                x = _inputs(1)[0]
+                _, gm, result = self._build(
+                    cls(), (x,), lift_mutable_buffers=True, min_block_size=1
+                )
+                self.assertEqual(result.input_names, ["x", "buf_state"])
+                # the state's new value: its own output, or the model's output
+                # when the model returns the buffer
+                state_output = (
+                    "output0" if cls is ReturnMutatedBuffer else "buf_state_new"
+                )
+                self.assertEqual(result.output_names[-1], state_output)
+                eager = cls()
+                outputs = gm(x.clone(), torch.zeros(4, 16))
+                eager_outputs = eager(x.clone())
+                self.assertEqual(outputs[-1], eager.state)
+                self.assertEqual(
+                    outputs[: len(result.output_names) - 1],
+                    [o for o in torch.utils._pytree.tree_leaves(eager_outputs)][
+                        : len(result.output_names) - 1
+                    ],
+                )
+
     def test_unlifted_buffer_mutation_is_an_error_not_a_silent_drop(self):
         with self.assertRaisesRegex(
             RuntimeError, r"buffer 'state'.*lift_mutable_buffers=True"
@@ -649,6 +674,54 @@ class TestSerializedEngineOnCpu(TestCase):
 
         with self.assertRaisesRegex(UnsupportedOperatorException, "no_converter_"):
             self._build(NoConverter(), _inputs(1))
+
+
+@unittest.skipIf(
+    not torch.cuda.is_available(),
+    "Running TensorRT engines needs a CUDA device; this host has none.",
+)
+class TestMutationsOnGpu(TestCase):
+    """Compiled modules on both runtimes equal eager over several calls."""
+
+    RUNTIMES = [("python", True)] + (
+        [("cpp", False)] if ENABLED_FEATURES.torch_tensorrt_runtime else []
+    )
+
+    def _compile(self, module, args, use_python_runtime):
+        ep = torch.export.export(copy.deepcopy(module), _clone(args))
+        return torch_tensorrt.dynamo.compile(
+            ep,
+            arg_inputs=list(_clone(args)),
+            min_block_size=1,
+            require_full_compilation=True,
+            use_python_runtime=use_python_runtime,
+        )
+
+    def test_user_input_matrix(self):
+        for runtime, use_python_runtime in self.RUNTIMES:
+            for name, cls, n in USER_INPUT_CASES:
+                with self.subTest(name, runtime=runtime):
+                    args = tuple(a.cuda() for a in _inputs(n))
+                    trt = self._compile(cls(), args, use_python_runtime)
+                    compiled_args, eager_args = _clone(args), _clone(args)
+                    for step in range(3):
+                        self.assertEqual(
+                            trt(*compiled_args), cls()(*eager_args), msg=f"{step}"
+                        )
+                        self.assertEqual(compiled_args, eager_args, msg=f"{step}")
+
+    def test_buffer_matrix(self):
+        for runtime, use_python_runtime in self.RUNTIMES:
+            for name, cls in BUFFER_CASES:
+                with self.subTest(name, runtime=runtime):
+                    x = _inputs(1)[0].cuda()
+                    trt = self._compile(cls().cuda(), (x,), use_python_runtime)
+                    eager = cls().cuda()
+                    for step in range(3):
+                        self.assertEqual(trt(x.clone()), eager(x.clone()))
+                        self.assertEqual(
+                            trt.get_buffer("state"), eager.state, msg=f"{step}"
+                        )
 
 
 if __name__ == "__main__":
