@@ -227,6 +227,19 @@ BUFFER_CASES = [
     ("mutate_buffer_and_return", MutateBufferAndReturn),
 ]
 
+
+class MutateTransposedState(StateModule):
+    def forward(self, x):
+        torch.ops.trt_mut.add_one_(self.state.t()[:4])
+        return x + self.state
+
+
+class MutateOverlappingViews(StateModule):
+    def forward(self, x):
+        torch.ops.trt_mut.add_two_(self.state[:, :8], self.state[:, 4:])
+        return x + self.state
+
+
 USER_INPUT_CASES = [
     ("inplace_aten_not_returned", InplaceAtenNotReturned, 1),
     ("inplace_aten_returned", InplaceAtenReturned, 1),
@@ -422,6 +435,158 @@ return (add,)""",
         self.assertEqual(gm(x), eager(x))
         self.assertEqual(gm.state, eager.state)
 
+    def test_matrix_snapshot(self):
+        """Every pattern after lower_auto_functionalized alone."""
+        cases = [(name, cls(), n) for name, cls, n in USER_INPUT_CASES]
+        cases += [(name, cls(), 1) for name, cls in BUFFER_CASES]
+        text = "\n\n".join(
+            f"# {name}\n{_graph(_only_this_pass(module, _inputs(n)))}"
+            for name, module, n in cases
+        )
+        self.assertExpectedInline(
+            text,
+            """\
+# inplace_aten_not_returned
+x = placeholder[x]()
+_guards_fn = call_module[_guards_fn](x)
+mul = call_function[aten.mul.Tensor](x, 2)
+add = call_function[aten.add.Tensor](mul, 1)
+copy__default = call_function[aten.copy_.default](x, mul)
+return (add,)
+
+# inplace_aten_returned
+x = placeholder[x]()
+_guards_fn = call_module[_guards_fn](x)
+mul = call_function[aten.mul.Tensor](x, 2)
+copy__default = call_function[aten.copy_.default](x, mul)
+return (copy__default,)
+
+# mutate_input_not_returned
+x = placeholder[x]()
+y = placeholder[y]()
+_guards_fn = call_module[_guards_fn](x, y)
+functionalized_trt_mut_add_one__default = call_function[FunctionalizedOp(trt_mut.add_one_.default)](x)
+getitem = call_function[getitem](functionalized_trt_mut_add_one__default, 0)
+mul = call_function[aten.mul.Tensor](y, 2)
+copy__default = call_function[aten.copy_.default](x, getitem)
+return (mul,)
+
+# mutate_input_returned
+x = placeholder[x]()
+_guards_fn = call_module[_guards_fn](x)
+functionalized_trt_mut_add_one__default = call_function[FunctionalizedOp(trt_mut.add_one_.default)](x)
+getitem = call_function[getitem](functionalized_trt_mut_add_one__default, 0)
+copy__default = call_function[aten.copy_.default](x, getitem)
+return (copy__default,)
+
+# mutate_input_return_nothing
+x = placeholder[x]()
+_guards_fn = call_module[_guards_fn](x)
+functionalized_trt_mut_add_one__default = call_function[FunctionalizedOp(trt_mut.add_one_.default)](x)
+getitem = call_function[getitem](functionalized_trt_mut_add_one__default, 0)
+copy__default = call_function[aten.copy_.default](x, getitem)
+return (None,)
+
+# mutate_and_return
+x = placeholder[x]()
+y = placeholder[y]()
+_guards_fn = call_module[_guards_fn](x, y)
+functionalized_trt_mut_add_one_ret_default = call_function[FunctionalizedOp(trt_mut.add_one_ret.default)](x, y)
+getitem_2 = call_function[getitem](functionalized_trt_mut_add_one_ret_default, 0)
+getitem_3 = call_function[getitem](functionalized_trt_mut_add_one_ret_default, 1)
+add = call_function[aten.add.Tensor](getitem_2, getitem_3)
+copy__default = call_function[aten.copy_.default](x, getitem_3)
+return (add,)
+
+# two_mutated_args
+x = placeholder[x]()
+z = placeholder[z]()
+_guards_fn = call_module[_guards_fn](x, z)
+functionalized_trt_mut_add_two__default = call_function[FunctionalizedOp(trt_mut.add_two_.default)](x, z, 2.0)
+getitem = call_function[getitem](functionalized_trt_mut_add_two__default, 0)
+getitem_3 = call_function[getitem](functionalized_trt_mut_add_two__default, 1)
+mul = call_function[aten.mul.Tensor](getitem, getitem_3)
+copy__default = call_function[aten.copy_.default](x, getitem)
+copy__default_1 = call_function[aten.copy_.default](z, getitem_3)
+return (mul,)
+
+# no_converter
+x = placeholder[x]()
+_guards_fn = call_module[_guards_fn](x)
+auto_functionalized_v2 = call_function[auto_functionalized_v2](trt_mut.no_converter_.default, _x_base_index=0, _all_bases=[x])
+getitem_1 = call_function[getitem](auto_functionalized_v2, 1)
+add = call_function[aten.add.Tensor](getitem_1, 1)
+copy__default = call_function[aten.copy_.default](x, getitem_1)
+return (add,)
+
+# mutate_buffer
+state = get_attr[state]()
+x = placeholder[x]()
+_guards_fn = call_module[_guards_fn](x)
+functionalized_trt_mut_add_one__default = call_function[FunctionalizedOp(trt_mut.add_one_.default)](state)
+getitem = call_function[getitem](functionalized_trt_mut_add_one__default, 0)
+add = call_function[aten.add.Tensor](x, getitem)
+copy__default = call_function[aten.copy_.default](state, getitem)
+return (add,)
+
+# mutate_buffer_slice
+state = get_attr[state]()
+x = placeholder[x]()
+_guards_fn = call_module[_guards_fn](x)
+slice_tensor = call_function[aten.slice.Tensor](state, 1, 0, 8)
+functionalized_trt_mut_add_one__default = call_function[FunctionalizedOp(trt_mut.add_one_.default)](slice_tensor)
+getitem = call_function[getitem](functionalized_trt_mut_add_one__default, 0)
+slice_scatter_default = call_function[aten.slice_scatter.default](state, getitem, 1, 0, 8)
+add = call_function[aten.add.Tensor](x, slice_scatter_default)
+copy__default = call_function[aten.copy_.default](state, slice_scatter_default)
+return (add,)
+
+# mutate_two_slices_of_one_buffer
+state = get_attr[state]()
+x = placeholder[x]()
+_guards_fn = call_module[_guards_fn](x)
+slice_tensor = call_function[aten.slice.Tensor](state, 1, 0, 8)
+slice_tensor_1 = call_function[aten.slice.Tensor](state, 1, 8, 16)
+functionalized_trt_mut_add_two__default = call_function[FunctionalizedOp(trt_mut.add_two_.default)](slice_tensor, slice_tensor_1, 2.0)
+getitem = call_function[getitem](functionalized_trt_mut_add_two__default, 0)
+getitem_2 = call_function[getitem](functionalized_trt_mut_add_two__default, 1)
+slice_scatter_default = call_function[aten.slice_scatter.default](state, getitem, 1, 0, 8)
+slice_scatter_default_1 = call_function[aten.slice_scatter.default](slice_scatter_default, getitem_2, 1, 8, 16)
+add = call_function[aten.add.Tensor](x, slice_scatter_default_1)
+copy__default = call_function[aten.copy_.default](state, slice_scatter_default_1)
+return (add,)
+
+# return_mutated_buffer
+state = get_attr[state]()
+x = placeholder[x]()
+_guards_fn = call_module[_guards_fn](x)
+functionalized_trt_mut_add_one__default = call_function[FunctionalizedOp(trt_mut.add_one_.default)](state)
+getitem = call_function[getitem](functionalized_trt_mut_add_one__default, 0)
+copy__default = call_function[aten.copy_.default](state, getitem)
+return (copy__default,)
+
+# mutate_buffer_with_other_outputs
+state = get_attr[state]()
+x = placeholder[x]()
+_guards_fn = call_module[_guards_fn](x)
+functionalized_trt_mut_add_one__default = call_function[FunctionalizedOp(trt_mut.add_one_.default)](state)
+getitem = call_function[getitem](functionalized_trt_mut_add_one__default, 0)
+mul = call_function[aten.mul.Tensor](x, 2)
+add = call_function[aten.add.Tensor](getitem, 1)
+copy__default = call_function[aten.copy_.default](state, getitem)
+return (mul, add)
+
+# mutate_buffer_and_return
+state = get_attr[state]()
+x = placeholder[x]()
+_guards_fn = call_module[_guards_fn](x)
+functionalized_trt_mut_add_one_ret_default = call_function[FunctionalizedOp(trt_mut.add_one_ret.default)](state, x)
+getitem_2 = call_function[getitem](functionalized_trt_mut_add_one_ret_default, 0)
+getitem_3 = call_function[getitem](functionalized_trt_mut_add_one_ret_default, 1)
+copy__default = call_function[aten.copy_.default](state, getitem_3)
+return (getitem_2,)""",
+        )
+
     def test_op_without_converter_keeps_its_higher_order_op(self):
         gm = _lowered(NoConverter(), _inputs(1))
         targets = [n.target for n in gm.graph.nodes if n.op == "call_function"]
@@ -534,6 +699,25 @@ class TestCompileDryrunOnCpu(TestCase):
                     self.assertEqual(compiled_args, eager_args)
                     if cls is MutateRowState:
                         self.assertEqual(gm.get_buffer("state"), eager.state)
+
+    def test_views_tensorrt_cannot_write_back_fall_back_to_pytorch(self):
+        for cls in (MutateTransposedState, MutateOverlappingViews):
+            with self.subTest(cls.__name__):
+                x = _inputs(1)[0]
+                gm = self._compile(cls(), (x,))
+                eager = cls()
+                self.assertEqual(gm(x.clone()), eager(x.clone()))
+                self.assertEqual(gm.get_buffer("state"), eager.state)
+
+    def test_views_tensorrt_cannot_write_back_are_errors_with_full_compilation(self):
+        cases = [
+            (MutateTransposedState, r"argument 'x' is a strided view of its base"),
+            (MutateOverlappingViews, r"arguments \['x', 'z'\] may overlap"),
+        ]
+        for cls, message in cases:
+            with self.subTest(cls.__name__):
+                with self.assertRaisesRegex(ValueError, "trt_mut.add_.*" + message):
+                    self._compile(cls(), _inputs(1), require_full_compilation=True)
 
     def test_require_full_compilation_gives_one_engine(self):
         for name, cls, n in USER_INPUT_CASES:

@@ -153,6 +153,7 @@ def _rewrite(
     node: torch.fx.Node,
     op: torch._ops.OpOverload,
     fake: _FakeEvaluator,
+    settings: CompilationSettings,
 ) -> bool:
     schema = op._schema
     kwargs = dict(node.kwargs)
@@ -171,11 +172,30 @@ def _rewrite(
         else:
             mutated.append(_MutatedArg(arg.name, None, _View(None)))
     if v2 and _may_overlap(mutated):
-        logger.info(
+        reason = (
             f"{op}: mutated arguments {[m.name for m in mutated]} may overlap in one "
-            "base; the op runs in PyTorch"
+            "base (expected disjoint slices of it)"
         )
+        if settings.require_full_compilation:
+            raise ValueError(
+                f"{reason}, so the op cannot run in TensorRT and "
+                "require_full_compilation=True forbids running it in PyTorch"
+            )
+        logger.info(f"{reason}; the op runs in PyTorch")
         return False
+    for m in mutated:
+        if (
+            m.view.kind == "as_strided"
+            and settings.require_full_compilation
+            and not _has_converter(torch.ops.aten.as_strided_scatter.default, settings)
+        ):
+            size, stride, offset = m.view.params
+            raise ValueError(
+                f"{op}: mutated argument '{m.name}' is a strided view of its base "
+                f"(size {size}, stride {stride}, storage offset {offset}); only the "
+                "whole base or a slice of it can be written back inside TensorRT, "
+                "and require_full_compilation=True forbids writing it back in PyTorch"
+            )
 
     graph = gm.graph
     meta = {k: v for k, v in node.meta.items() if k not in ("val", "tensor_meta")}
@@ -286,7 +306,7 @@ def lower_auto_functionalized(
             op, settings
         ):
             continue
-        if _rewrite(gm, node, op, fake):
+        if _rewrite(gm, node, op, fake, settings):
             count += 1
 
     if count:
