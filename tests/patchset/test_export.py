@@ -44,6 +44,21 @@ PATCHES = {
 }
 
 
+# The shape of upstream's tests/ci/suites.py around the suite that lists files.
+SUITES = """\
+_L2 = [
+    Suite(
+        "plugins-automatic",
+        tier="l2",
+        paths=(
+            "automatic_plugin/test_automatic_plugin.py",
+        ),
+        overrides={"rtx": {"paths": ("automatic_plugin/",)}},
+    ),
+]
+"""
+
+
 def git(cwd, *args, input=None) -> str:
     return subprocess.run(
         ["git", *args], cwd=cwd, check=True, capture_output=True, text=True, input=input
@@ -73,6 +88,8 @@ def upstream(base_src, tmp_path):
     shutil.copytree(base_src / "py", repo / "py")
     (repo / "tests" / "py").mkdir(parents=True)
     (repo / "tests" / "py" / "x.txt").write_text("upstream test data\n")
+    (repo / "tests" / "ci").mkdir()
+    (repo / "tests" / "ci" / "suites.py").write_text(SUITES)
     git(repo, "init", "-q", "-b", "main")
     git(repo, "config", "user.name", "Upstream Dev")
     git(repo, "config", "user.email", "dev@example.org")
@@ -330,3 +347,45 @@ def test_the_repository_patch_set_exports_onto_the_2_14_0_sources(upstream):
     assert subjects[: len(patches)] == [
         export.commit_message(p)[0].split("\n")[0] for p in patches
     ]
+
+
+def test_new_plugin_tests_are_registered_in_the_suite_manifest(upstream, tmp_path):
+    mods = tmp_path / "overlay"
+    (mods / "torch_tensorrt").mkdir(parents=True)
+    (mods / "torch_tensorrt" / "_new_module.py").write_text("X = 1\n")
+    tests = tmp_path / "tests-py"
+    (tests / "dynamo" / "automatic_plugin").mkdir(parents=True)
+    (tests / "dynamo" / "automatic_plugin" / "test_new_plugin.py").write_text("")
+    empty = tmp_path / "patches"
+    empty.mkdir()
+    (empty / "series").write_text("")
+    export.export(str(upstream), "pr", str(empty), str(mods), str(tests))
+    assert git(upstream, "log", "-1", "--format=%s", "pr") == (
+        "ci: run the new plugin tests in plugins-automatic\n"
+    )
+    suites = git(upstream, "show", "pr:tests/ci/suites.py")
+    assert suites == SUITES.replace(
+        '            "automatic_plugin/test_automatic_plugin.py",\n',
+        '            "automatic_plugin/test_automatic_plugin.py",\n'
+        '            "automatic_plugin/test_new_plugin.py",\n',
+    )
+
+
+def test_a_manifest_without_the_suite_is_a_conflict_not_a_silent_skip(
+    upstream, tmp_path
+):
+    git(upstream, "rm", "-q", "tests/ci/suites.py")
+    git(upstream, "commit", "-q", "-m", "no manifest")
+    tests = tmp_path / "tests-py"
+    (tests / "dynamo" / "automatic_plugin").mkdir(parents=True)
+    (tests / "dynamo" / "automatic_plugin" / "test_new_plugin.py").write_text("")
+    empty = tmp_path / "patches"
+    empty.mkdir()
+    (empty / "series").write_text("")
+    with pytest.raises(
+        PatchsetError, match="cannot find the paths=.*plugins-automatic"
+    ):
+        export.export(
+            str(upstream), "pr", str(empty), str(tmp_path / "none"), str(tests)
+        )
+    assert "pr" not in git(upstream, "branch")

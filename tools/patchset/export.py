@@ -263,10 +263,6 @@ def _apply_series(
             work, ["apply", "--index", "-p1", "--whitespace=nowarn", patch.path]
         )
         if result.returncode != 0:
-            detail = (result.stderr or result.stdout).strip().splitlines()
-            error = (
-                detail[-1] if detail else f"git apply exit status {result.returncode}"
-            )
             conflicts += [
                 f"{patch.name}: {failure}" for failure in _failing_hunks(patch, work)
             ]
@@ -330,6 +326,46 @@ def _commit_overlay(
     _commit(work, identity, message, None)
 
 
+SUITES_FILE = "tests/ci/suites.py"
+PLUGIN_SUITE = '"plugins-automatic",'
+PLUGIN_TESTS = "tests/py/dynamo/automatic_plugin/"
+
+
+def _register_plugin_tests(work: str, added: List[str]) -> List[str]:
+    """Add new ``automatic_plugin/`` test files to upstream's ``plugins-automatic`` suite.
+
+    That suite lists its files one by one on the standard variant (every other
+    directory we add tests to is globbed whole), so a new plugin test would not
+    run in upstream CI without this. Returns the entries added.
+    """
+    new = [
+        d[len("tests/py/dynamo/") :]
+        for d in added
+        if d.startswith(PLUGIN_TESTS) and d.endswith(".py") and "/test_" in d
+    ]
+    if not new:
+        return []
+    path = os.path.join(work, SUITES_FILE)
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.read().split("\n")
+        start = next(i for i, line in enumerate(lines) if line.strip() == PLUGIN_SUITE)
+        paths = next(
+            i for i in range(start, len(lines)) if lines[i].strip() == "paths=("
+        )
+        end = next(i for i in range(paths, len(lines)) if lines[i].strip() == "),")
+    except (OSError, StopIteration):
+        raise PatchsetError(
+            f"{SUITES_FILE}: cannot find the paths=( ... ) of the {PLUGIN_SUITE[:-1]} "
+            f"suite to register {new}"
+        ) from None
+    indent = lines[end - 1][: len(lines[end - 1]) - len(lines[end - 1].lstrip())]
+    lines[end:end] = [f'{indent}"{entry}",' for entry in new]
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("\n".join(lines))
+    return new
+
+
 # --------------------------------------------------------------------------- entry point
 
 
@@ -368,6 +404,17 @@ def export(
         if plan:
             _commit_overlay(work, identity, plan)
             commits += 1
+            registered = _register_plugin_tests(work, [dest for _, dest in plan])
+            if registered:
+                _git(work, ["add", "--", SUITES_FILE])
+                _commit(
+                    work,
+                    identity,
+                    "ci: run the new plugin tests in plugins-automatic\n\n"
+                    + "\n".join(f"- {entry}" for entry in registered),
+                    None,
+                )
+                commits += 1
         if commits == 0:
             raise PatchsetError(
                 "nothing to export: the series is empty and there are no new modules or tests"

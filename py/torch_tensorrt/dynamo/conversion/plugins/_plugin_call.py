@@ -1,0 +1,113 @@
+"""The TensorRT side of a schema-derived plugin converter (a thin layer on QDP).
+
+Every decision (which argument is an input, which an attribute, how many outputs,
+which output aliases which input, what the converter returns) is made by
+:class:`~._plugin_layout.PluginLayout` from the op schema; this module only
+reads the registered QDP plugin, checks it against that layout and adds the
+layer.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+import tensorrt as trt
+from torch.fx.node import Argument, Target
+from torch_tensorrt.dynamo.conversion._ConversionContext import ConversionContext
+from torch_tensorrt.dynamo.conversion.converter_utils import get_trt_tensor
+from torch_tensorrt.dynamo.conversion.plugins._plugin_layout import PluginLayout
+
+logger = logging.getLogger(__name__)
+
+
+def qdp_aliased_inputs(
+    plugin_def: Any, inputs: Sequence[trt.ITensor], attrs: Dict[str, Any]
+) -> List[Optional[int]]:
+    """Which input each output of a QDP plugin aliases, by desc identity.
+
+    Calls the plugin's register function the way QDP does at build time (one
+    fresh ``TensorDesc`` per input) and matches ``output.get_aliased()`` against
+    those descs by identity. ``Tensor.is_aliased`` and the runtime alias links of
+    the QDP 11.1 wrapper are not used: the first is inverted, the second links
+    non-aliased outputs to the last input and is empty after deserialization.
+    """
+    from tensorrt.plugin import ShapeExprs, TensorDesc
+
+    descs = []
+    for tensor in inputs:
+        desc = TensorDesc()
+        desc.dtype = tensor.dtype
+        # rank-only shape expressions, as QDP itself builds them at this point
+        desc.shape_expr = ShapeExprs(len(tensor.shape), _is_dummy=True)
+        desc._immutable = True
+        descs.append(desc)
+    outputs = plugin_def.register_func(*descs, **attrs)
+    if not isinstance(outputs, tuple):
+        outputs = (outputs,)
+    index = {id(desc): i for i, desc in enumerate(descs)}
+    return [
+        None if out.get_aliased() is None else index[id(out.get_aliased())]
+        for out in outputs
+    ]
+
+
+def add_plugin_for_op(
+    ctx: ConversionContext,
+    target: Target,
+    args: Tuple[Argument, ...],
+    kwargs: Dict[str, Argument],
+    name: str,
+    layout: PluginLayout,
+    plugin_id: str,
+    plugin: Any,
+    plugin_def: Any,
+    use_aot: bool,
+    coerce_attr: Callable[[str, Any], Any],
+    aliased_inputs: Callable[
+        [Any, Sequence[trt.ITensor], Dict[str, Any]], List[Optional[int]]
+    ] = qdp_aliased_inputs,
+) -> Any:
+    """Add the plugin layer for one call of ``layout.op``; return the converter result."""
+    values = layout.bind(args, kwargs)
+    unique_id = uuid.uuid4()
+    inputs = []
+    for arg in layout.tensor_args:
+        if values[arg] is None:
+            raise ValueError(
+                f"{layout.op}: optional tensor argument '{arg}' is None; a TensorRT "
+                f"plugin ({plugin_id}) needs a tensor for every input"
+            )
+        inputs.append(get_trt_tensor(ctx, values[arg], f"{arg}_{unique_id}"))
+    # QDP takes attributes as keyword arguments in its register function's order
+    attrs = {}
+    for attr in plugin_def.input_attrs:
+        if attr not in values:
+            raise ValueError(
+                f"TensorRT plugin {plugin_id} has attribute '{attr}', which {layout.op} "
+                f"does not have (its non-tensor arguments: {list(layout.attr_args)})"
+            )
+        attrs[attr] = coerce_attr(attr, values[attr])
+
+    node = ctx.current_node
+    return_lengths = layout.return_lengths(node.meta.get("val") if node else None)
+    layout.validate_plugin(
+        plugin_id,
+        plugin_def.input_tensor_names,
+        list(plugin_def.input_attrs),
+        plugin_def.num_outputs,
+        return_lengths,
+    )
+    layout.validate_aliasing(
+        plugin_id, aliased_inputs(plugin_def, inputs, attrs), return_lengths
+    )
+
+    layer = ctx.net.add_plugin(plugin(*inputs, **attrs), aot=use_aot)
+    assert layer, f"{plugin_id} plugin layer was not able to be created"
+    layer.name = f"[{target}]-[{name}]"
+    logger.debug(
+        f"Added plugin {plugin_id} for {layout.op}: {layout.describe(return_lengths)}"
+    )
+    outputs = [layer.get_output(i) for i in range(layer.num_outputs)]
+    return layout.group_outputs(outputs, return_lengths)

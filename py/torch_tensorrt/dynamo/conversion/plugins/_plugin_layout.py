@@ -1,0 +1,250 @@
+"""Plugin I/O layout derived from the op schema.
+
+The torch schema of a ``torch.library.custom_op`` is the source of truth for the
+TensorRT plugin that implements it:
+
+- **inputs**: every ``Tensor`` / ``Tensor?`` argument, in schema order, is a plugin
+  input tensor; every other argument is a plugin attribute, taken by name (so
+  keyword-only arguments and defaults work);
+- **outputs**: the op's own returns, in order (a ``Tensor[]`` return contributes
+  as many outputs as the op's fake implementation returns for it), then one
+  output per mutated tensor argument (``Tensor(a!)``), in schema order, aliased
+  to that argument's input (``X.aliased()`` in the plugin's register function).
+
+The converter returns the plugin outputs in the converter convention for
+mutating ops (see ``conversion/_functionalized_op.py``): the op's returns, then
+the new value of each mutated argument, which *is* the aliased output. A torch
+in-place op returns ``None``; the TensorRT in-place plugin returns the aliased
+tensor; this layout is the translation between the two.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import torch
+from torch_tensorrt.dynamo.conversion._functionalized_op import mutated_arguments
+
+logger = logging.getLogger(__name__)
+
+TENSOR = "Tensor"
+TENSOR_LIST = "Tensor[]"
+
+
+def _is_tensor(arg_type: Any) -> bool:
+    if isinstance(arg_type, torch.OptionalType):
+        arg_type = arg_type.getElementType()
+    return isinstance(arg_type, torch.TensorType)
+
+
+def _is_tensor_list(arg_type: Any) -> bool:
+    return isinstance(arg_type, torch.ListType) and _is_tensor(
+        arg_type.getElementType()
+    )
+
+
+@dataclass(frozen=True)
+class PluginLayout:
+    """Inputs, attributes and outputs of the plugin implementing ``op``."""
+
+    op: torch._ops.OpOverload
+    tensor_args: Tuple[str, ...]
+    attr_args: Tuple[str, ...]
+    returns: Tuple[str, ...]  # TENSOR or TENSOR_LIST per schema return
+    mutated: Tuple[str, ...]
+
+    @classmethod
+    def from_op(cls, op: torch._ops.OpOverload) -> PluginLayout:
+        schema = op._schema
+        tensor_args, attr_args = [], []
+        for arg in schema.arguments:
+            if _is_tensor(arg.type):
+                tensor_args.append(arg.name)
+            elif _is_tensor_list(arg.type):
+                raise ValueError(
+                    f"{op}: argument '{arg.name}' has type {arg.type}; a TensorRT plugin "
+                    "takes Tensor or Tensor? arguments, not lists of tensors"
+                )
+            else:
+                attr_args.append(arg.name)
+        returns = []
+        for i, ret in enumerate(schema.returns):
+            if ret.alias_info is not None:
+                raise ValueError(
+                    f"{op}: return {i} aliases an argument ({ret.type}"
+                    f"({','.join(ret.alias_info.before_set)})); declare the op to "
+                    "return nothing for that argument: its new value is the plugin's "
+                    "aliased output"
+                )
+            if _is_tensor(ret.type):
+                returns.append(TENSOR)
+            elif _is_tensor_list(ret.type):
+                returns.append(TENSOR_LIST)
+            else:
+                raise ValueError(
+                    f"{op}: return {i} has type {ret.type}; a TensorRT plugin returns "
+                    "Tensor or Tensor[]"
+                )
+        mutated = []
+        for arg in mutated_arguments(schema):
+            if not _is_tensor(arg.type):
+                raise ValueError(
+                    f"{op}: mutated argument '{arg.name}' has type {arg.type}; only "
+                    "Tensor arguments can be updated in place by a TensorRT plugin"
+                )
+            mutated.append(arg.name)
+        return cls(
+            op, tuple(tensor_args), tuple(attr_args), tuple(returns), tuple(mutated)
+        )
+
+    @property
+    def requires_aliased_plugin_io(self) -> bool:
+        return bool(self.mutated)
+
+    def bind(self, args: Sequence[Any], kwargs: Dict[str, Any]) -> Dict[str, Any]:
+        """Argument values by schema name, from a call's args and kwargs, with defaults."""
+        values: Dict[str, Any] = {}
+        for i, arg in enumerate(self.op._schema.arguments):
+            if not arg.kwarg_only and i < len(args):
+                values[arg.name] = args[i]
+            elif arg.name in kwargs:
+                values[arg.name] = kwargs[arg.name]
+            elif arg.has_default_value():
+                values[arg.name] = arg.default_value
+            else:
+                raise ValueError(f"{self.op}: no value for argument '{arg.name}'")
+        return values
+
+    def return_lengths(self, node_val: Any) -> List[int]:
+        """Outputs per schema return: 1 per Tensor, the list's length per Tensor[].
+
+        ``node_val`` is ``meta["val"]`` of the node being converted: the op's
+        (fake) result, or for the functional form of a mutating op, its returns
+        followed by the new values. It is only read for ``Tensor[]`` returns.
+        """
+        if TENSOR_LIST not in self.returns:
+            return [1] * len(self.returns)
+        if self.mutated:
+            returns_value = tuple(node_val[: len(self.returns)])
+        elif len(self.returns) == 1:
+            returns_value = (node_val,)
+        else:
+            returns_value = tuple(node_val)
+        lengths = []
+        for kind, value in zip(self.returns, returns_value):
+            if kind == TENSOR:
+                lengths.append(1)
+            elif not isinstance(value, (list, tuple)):
+                raise ValueError(
+                    f"{self.op}: the fake implementation returned {type(value).__name__} "
+                    "for a Tensor[] return; expected a list of tensors"
+                )
+            else:
+                lengths.append(len(value))
+        return lengths
+
+    def outputs(self, return_lengths: Sequence[int]) -> List[Tuple[str, Optional[str]]]:
+        """Plugin outputs in order: ``("return i[.j]", None)`` or ``("new X", "X")``."""
+        layout: List[Tuple[str, Optional[str]]] = []
+        for i, (kind, n) in enumerate(zip(self.returns, return_lengths)):
+            if kind == TENSOR:
+                layout.append((f"return {i}", None))
+            else:
+                layout += [(f"return {i}[{j}]", None) for j in range(n)]
+        layout += [(f"new {name}", name) for name in self.mutated]
+        return layout
+
+    def describe(self, return_lengths: Sequence[int]) -> str:
+        return ", ".join(
+            label if alias is None else f"{label} (aliases input '{alias}')"
+            for label, alias in self.outputs(return_lengths)
+        )
+
+    def validate_plugin(
+        self,
+        plugin_id: str,
+        input_tensor_names: Sequence[str],
+        attr_names: Sequence[str],
+        num_outputs: int,
+        return_lengths: Sequence[int],
+    ) -> None:
+        """Check a registered plugin's inputs, attributes and output count against the schema."""
+        if len(input_tensor_names) != len(self.tensor_args):
+            raise ValueError(
+                f"TensorRT plugin {plugin_id} takes input tensors "
+                f"{list(input_tensor_names)}, but {self.op} has tensor arguments "
+                f"{list(self.tensor_args)}"
+            )
+        unknown = [a for a in attr_names if a not in self.attr_args]
+        if unknown:
+            raise ValueError(
+                f"TensorRT plugin {plugin_id} has attributes {unknown} that {self.op} "
+                f"does not have (its non-tensor arguments: {list(self.attr_args)})"
+            )
+        expected = self.outputs(return_lengths)
+        if num_outputs != len(expected):
+            raise ValueError(
+                f"TensorRT plugin {plugin_id} declares {num_outputs} output(s), but "
+                f"{self.op} needs {len(expected)}: {self.describe(return_lengths)}"
+            )
+
+    def validate_aliasing(
+        self,
+        plugin_id: str,
+        aliased_inputs: Sequence[Optional[int]],
+        return_lengths: Sequence[int],
+    ) -> None:
+        """Check which plugin output aliases which input (index, or None per output)."""
+        expected = [
+            None if alias is None else self.tensor_args.index(alias)
+            for _, alias in self.outputs(return_lengths)
+        ]
+        if list(aliased_inputs) == expected:
+            return
+
+        def show(aliases: Sequence[Optional[int]]) -> str:
+            return (
+                ", ".join(
+                    f"output {i} -> input '{self.tensor_args[a]}'"
+                    for i, a in enumerate(aliases)
+                    if a is not None
+                )
+                or "no aliased outputs"
+            )
+
+        raise ValueError(
+            f"TensorRT plugin {plugin_id} aliases {show(aliased_inputs)}, but {self.op} "
+            f"needs {show(expected)} (outputs: {self.describe(return_lengths)}); "
+            "return X.aliased() from the register function for each mutated "
+            "argument X, after the op's own outputs"
+        )
+
+    def group_outputs(
+        self, outputs: Sequence[Any], return_lengths: Sequence[int]
+    ) -> Any:
+        """Plugin outputs -> the converter's result (the op's returns, then new values).
+
+        A ``Tensor[]`` return is grouped into a list. An op that mutates nothing and
+        has one return gives that return itself (a tensor, or the list), which is
+        what the graph's ``getitem`` nodes index.
+        """
+        if len(outputs) != len(self.outputs(return_lengths)):
+            raise RuntimeError(
+                f"{self.op}: the plugin layer has {len(outputs)} output(s), expected "
+                f"{self.describe(return_lengths)}"
+            )
+        grouped: List[Any] = []
+        index = 0
+        for kind, n in zip(self.returns, return_lengths):
+            if kind == TENSOR:
+                grouped.append(outputs[index])
+                index += 1
+            else:
+                grouped.append(list(outputs[index : index + n]))
+                index += n
+        grouped += list(outputs[index:])
+        if not self.mutated and len(self.returns) == 1:
+            return grouped[0]
+        return tuple(grouped)

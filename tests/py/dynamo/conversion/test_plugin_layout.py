@@ -1,0 +1,383 @@
+# type: ignore
+"""Plugin layouts derived from op schemas, and the glue that adds the plugin layer.
+
+Runs without TensorRT's plugin module: the layout logic is pure Python over real
+torch schemas and fake implementations; the glue test uses a recording stand-in
+for ``INetworkDefinition.add_plugin`` (TensorRT-RTX has none), which only checks
+Torch-TensorRT's own calls and proves nothing about what TensorRT accepts.
+"""
+
+import unittest
+import unittest.mock
+
+import torch
+import torch_tensorrt
+from torch.testing._internal.common_utils import TestCase, run_tests
+from torch_tensorrt import ENABLED_FEATURES
+from torch_tensorrt.dynamo._settings import CompilationSettings
+from torch_tensorrt.dynamo._SourceIR import SourceIR
+from torch_tensorrt.dynamo.conversion import dynamo_tensorrt_converter, impl
+from torch_tensorrt.dynamo.conversion._ConversionContext import ConversionContext
+from torch_tensorrt.dynamo.conversion._TRTInterpreter import TRTInterpreter
+from torch_tensorrt.dynamo.conversion.plugins._plugin_call import add_plugin_for_op
+from torch_tensorrt.dynamo.conversion.plugins._plugin_layout import PluginLayout
+
+# after torch_tensorrt, which makes `tensorrt` name TensorRT-RTX in the RTX flavour
+import tensorrt as trt  # isort: skip
+
+
+@torch.library.custom_op("trt_layout::scale", mutates_args=())
+def scale(x: torch.Tensor, factor: float = 2.0) -> torch.Tensor:
+    return x * factor
+
+
+@scale.register_fake
+def _(x, factor=2.0):
+    return torch.empty_like(x)
+
+
+@torch.library.custom_op("trt_layout::topk_pair", mutates_args=())
+def topk_pair(x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    values, indices = torch.topk(x, k)
+    return values, indices
+
+
+@topk_pair.register_fake
+def _(x, k):
+    shape = (*x.shape[:-1], k)
+    return x.new_empty(shape), x.new_empty(shape, dtype=torch.int64)
+
+
+@torch.library.custom_op("trt_layout::chunks", mutates_args=())
+def chunks(x: torch.Tensor, n: int) -> list[torch.Tensor]:
+    return [c.clone() for c in x.chunk(n, dim=-1)]
+
+
+@chunks.register_fake
+def _(x, n):
+    return [c.new_empty(c.shape) for c in x.chunk(n, dim=-1)]
+
+
+@torch.library.custom_op("trt_layout::add_one_", mutates_args=("X",))
+def add_one_(X: torch.Tensor) -> None:
+    X.add_(1)
+
+
+@add_one_.register_fake
+def _(X):
+    return None
+
+
+@torch.library.custom_op("trt_layout::update_and_read", mutates_args=("state", "count"))
+def update_and_read(
+    state: torch.Tensor, x: torch.Tensor, count: torch.Tensor, *, alpha: float = 1.0
+) -> torch.Tensor:
+    state.add_(x, alpha=alpha)
+    count.add_(1)
+    return state.sum(-1)
+
+
+@update_and_read.register_fake
+def _(state, x, count, *, alpha=1.0):
+    return state.new_empty(state.shape[:-1])
+
+
+class TestLayoutFromSchema(TestCase):
+    def _layout(self, op):
+        layout = PluginLayout.from_op(op)
+        return (
+            layout.tensor_args,
+            layout.attr_args,
+            layout.returns,
+            layout.mutated,
+            layout.requires_aliased_plugin_io,
+        )
+
+    def test_layouts(self):
+        ops = torch.ops.trt_layout
+        self.assertEqual(
+            self._layout(ops.scale.default),
+            (("x",), ("factor",), ("Tensor",), (), False),
+        )
+        self.assertEqual(
+            self._layout(ops.topk_pair.default),
+            (("x",), ("k",), ("Tensor", "Tensor"), (), False),
+        )
+        self.assertEqual(
+            self._layout(ops.chunks.default), (("x",), ("n",), ("Tensor[]",), (), False)
+        )
+        self.assertEqual(
+            self._layout(ops.add_one_.default), (("X",), (), (), ("X",), True)
+        )
+        self.assertEqual(
+            self._layout(ops.update_and_read.default),
+            (
+                ("state", "x", "count"),
+                ("alpha",),
+                ("Tensor",),
+                ("state", "count"),
+                True,
+            ),
+        )
+
+    def test_output_layouts(self):
+        ops = torch.ops.trt_layout
+        lines = []
+        for op, lengths in (
+            (ops.scale.default, [1]),
+            (ops.topk_pair.default, [1, 1]),
+            (ops.chunks.default, [3]),
+            (ops.add_one_.default, []),
+            (ops.update_and_read.default, [1]),
+        ):
+            lines.append(f"{op}: {PluginLayout.from_op(op).describe(lengths)}")
+        self.assertExpectedInline(
+            "\n".join(lines),
+            """\
+trt_layout.scale.default: return 0
+trt_layout.topk_pair.default: return 0, return 1
+trt_layout.chunks.default: return 0[0], return 0[1], return 0[2]
+trt_layout.add_one_.default: new X (aliases input 'X')
+trt_layout.update_and_read.default: return 0, new state (aliases input 'state'), new count (aliases input 'count')""",
+        )
+
+    def test_unsupported_schemas_are_named(self):
+        lib = torch.library.Library("trt_layout_bad", "FRAGMENT")
+        lib.define("list_arg(Tensor[] xs) -> Tensor")
+        lib.define("int_ret(Tensor x) -> int")
+        with self.assertRaisesRegex(
+            ValueError,
+            r"trt_layout_bad.list_arg.default: argument 'xs' has type List\[Tensor\]",
+        ):
+            PluginLayout.from_op(torch.ops.trt_layout_bad.list_arg.default)
+        with self.assertRaisesRegex(
+            ValueError, r"int_ret.default: return 0 has type int"
+        ):
+            PluginLayout.from_op(torch.ops.trt_layout_bad.int_ret.default)
+        with self.assertRaisesRegex(ValueError, r"aten.add_.Tensor: return 0 aliases"):
+            PluginLayout.from_op(torch.ops.aten.add_.Tensor)
+
+    def test_bind_by_name_with_defaults_and_keyword_only(self):
+        layout = PluginLayout.from_op(torch.ops.trt_layout.update_and_read.default)
+        self.assertEqual(
+            layout.bind(("s", "x", "c"), {}),
+            {"state": "s", "x": "x", "count": "c", "alpha": 1.0},
+        )
+        self.assertEqual(
+            layout.bind(("s",), {"x": "x", "count": "c", "alpha": 3.0})["alpha"], 3.0
+        )
+        with self.assertRaisesRegex(ValueError, "no value for argument 'count'"):
+            layout.bind(("s", "x"), {})
+
+    def test_tensor_list_length_comes_from_the_fake_implementation(self):
+        class Model(torch.nn.Module):
+            def forward(self, x):
+                a, b, c = torch.ops.trt_layout.chunks(x, 3)
+                return a + b + c
+
+        ep = torch.export.export(Model(), (torch.randn(2, 6),))
+        node = next(
+            n for n in ep.graph.nodes if n.target is torch.ops.trt_layout.chunks.default
+        )
+        layout = PluginLayout.from_op(torch.ops.trt_layout.chunks.default)
+        self.assertEqual(layout.return_lengths(node.meta["val"]), [3])
+        # the functional form of a mutating op carries (returns..., new values)
+        mutating = PluginLayout.from_op(torch.ops.trt_layout.update_and_read.default)
+        self.assertEqual(mutating.return_lengths(("r", "s", "c")), [1])
+
+    def test_plugin_checks_name_op_and_layouts(self):
+        layout = PluginLayout.from_op(torch.ops.trt_layout.update_and_read.default)
+        layout.validate_plugin("ns::p", ["state", "x", "count"], ["alpha"], 3, [1])
+        with self.assertRaisesRegex(
+            ValueError,
+            r"ns::p declares 1 output\(s\), but trt_layout.update_and_read.default "
+            r"needs 3: return 0, new state \(aliases input 'state'\), new count",
+        ):
+            layout.validate_plugin("ns::p", ["state", "x", "count"], ["alpha"], 1, [1])
+        with self.assertRaisesRegex(ValueError, r"takes input tensors \['state'\]"):
+            layout.validate_plugin("ns::p", ["state"], ["alpha"], 3, [1])
+        with self.assertRaisesRegex(ValueError, r"attributes \['beta'\]"):
+            layout.validate_plugin("ns::p", ["state", "x", "count"], ["beta"], 3, [1])
+
+    def test_aliasing_checks(self):
+        layout = PluginLayout.from_op(torch.ops.trt_layout.update_and_read.default)
+        layout.validate_aliasing("ns::p", [None, 0, 2], [1])
+        with self.assertRaisesRegex(
+            ValueError,
+            r"ns::p aliases output 1 -> input 'state', but "
+            r"trt_layout.update_and_read.default needs output 1 -> input 'state', "
+            r"output 2 -> input 'count'",
+        ):
+            layout.validate_aliasing("ns::p", [None, 0, None], [1])
+        # the issue #4240 pattern: a functional op whose plugin writes in place
+        functional = PluginLayout.from_op(torch.ops.trt_layout.scale.default)
+        with self.assertRaisesRegex(
+            ValueError,
+            r"aliases output 0 -> input 'x', but .* needs no aliased outputs",
+        ):
+            functional.validate_aliasing("ns::p", [0], [1])
+
+    def test_grouping_follows_the_converter_convention(self):
+        ops = torch.ops.trt_layout
+        self.assertEqual(
+            PluginLayout.from_op(ops.scale.default).group_outputs(["y"], [1]), "y"
+        )
+        self.assertEqual(
+            PluginLayout.from_op(ops.chunks.default).group_outputs(["a", "b"], [2]),
+            ["a", "b"],
+        )
+        self.assertEqual(
+            PluginLayout.from_op(ops.add_one_.default).group_outputs(["x1"], []),
+            ("x1",),
+        )
+        self.assertEqual(
+            PluginLayout.from_op(ops.update_and_read.default).group_outputs(
+                ["r", "s1", "c1"], [1]
+            ),
+            ("r", "s1", "c1"),
+        )
+        with self.assertRaisesRegex(RuntimeError, "has 1 output"):
+            PluginLayout.from_op(ops.update_and_read.default).group_outputs(["r"], [1])
+
+
+class RecordingNetwork:
+    """Recording stand-in: a real TensorRT(-RTX) network plus a recorded ``add_plugin``.
+
+    TensorRT-RTX has no plugin layers; this only checks which calls
+    Torch-TensorRT's glue makes, not that TensorRT accepts them.
+    """
+
+    class Layer:
+        def __init__(self, num_outputs):
+            self.num_outputs = num_outputs
+            self.name = None
+
+        def get_output(self, i):
+            return f"plugin output {i}"
+
+    def __init__(self, net, num_outputs):
+        self._net = net
+        self.num_outputs = num_outputs
+        self.calls = []
+
+    def __getattr__(self, name):
+        return getattr(self._net, name)
+
+    def add_plugin(self, plugin_call, aot):
+        self.calls.append((plugin_call, aot))
+        self.layer = self.Layer(self.num_outputs)
+        return self.layer
+
+
+class TestPluginGlue(TestCase):
+    def setUp(self):
+        builder = trt.Builder(trt.Logger())
+        self.net = builder.create_network(
+            1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED)
+            if hasattr(trt.NetworkDefinitionCreationFlag, "STRONGLY_TYPED")
+            else 0
+        )
+        self.inputs = {
+            n: self.net.add_input(n, trt.float32, (2, 4))
+            for n in ("state", "x", "count")
+        }
+
+    def _convert(self, num_outputs, aliased, args, kwargs):
+        recording = RecordingNetwork(self.net, num_outputs)
+        ctx = ConversionContext(recording, CompilationSettings())
+        plugin_def = unittest.mock.Mock(
+            input_tensor_names=["state", "x", "count"],
+            input_attrs={"alpha": float},
+            num_outputs=num_outputs,
+        )
+
+        def plugin(*tensors, **attrs):
+            return ("plugin call", tensors, attrs)
+
+        result = add_plugin_for_op(
+            ctx,
+            "trt_layout.update_and_read",
+            args,
+            kwargs,
+            "node",
+            PluginLayout.from_op(torch.ops.trt_layout.update_and_read.default),
+            "trt_layout::update_and_read",
+            plugin,
+            plugin_def,
+            use_aot=True,
+            coerce_attr=lambda name, value: ("coerced", name, value),
+            aliased_inputs=lambda plugin_def, inputs, attrs: aliased,
+        )
+        return recording, result
+
+    def test_inputs_by_schema_attrs_by_name_outputs_by_convention(self):
+        i = self.inputs
+        recording, result = self._convert(
+            3, [None, 0, 2], (i["state"], i["x"]), {"count": i["count"], "alpha": 0.5}
+        )
+        ((call, aot),) = recording.calls
+        self.assertTrue(aot)
+        self.assertEqual(call[1], (i["state"], i["x"], i["count"]))
+        self.assertEqual(call[2], {"alpha": ("coerced", "alpha", 0.5)})
+        self.assertEqual(recording.layer.name, "[trt_layout.update_and_read]-[node]")
+        self.assertEqual(
+            result, ("plugin output 0", "plugin output 1", "plugin output 2")
+        )
+
+    def test_wrong_plugin_is_reported_before_the_layer_is_added(self):
+        i = self.inputs
+        with self.assertRaisesRegex(ValueError, "declares 2 output"):
+            self._convert(2, [None, 0], (i["state"], i["x"], i["count"]), {})
+        with self.assertRaisesRegex(ValueError, "needs output 1 -> input 'state'"):
+            self._convert(3, [None, None, None], (i["state"], i["x"], i["count"]), {})
+
+
+@dynamo_tensorrt_converter(
+    torch.ops.trt_layout.add_one_.default, requires_aliased_plugin_io=True
+)
+def _add_one_with_declared_aliasing(ctx, target, args, kwargs, name):
+    # standard layers, declaring aliased plugin I/O as a plugin converter would
+    return impl.elementwise.add(ctx, target, SourceIR.ATEN, name, args[0], 1.0)
+
+
+@unittest.skipIf(
+    torch.cuda.is_available() or not ENABLED_FEATURES.tensorrt_rtx,
+    "Builds engines without a CUDA device, which needs TensorRT-RTX on a host "
+    "without a GPU.",
+)
+class TestAliasedPluginIoBuilderFlag(TestCase):
+    def _preview_flag(self, module, args):
+        configs = []
+        real = TRTInterpreter._populate_trt_builder_config
+
+        def spy(self, *a, **kw):
+            configs.append(real(self, *a, **kw))
+            return configs[-1]
+
+        ep = torch.export.export(module, args)
+        with unittest.mock.patch.object(
+            TRTInterpreter, "_populate_trt_builder_config", spy
+        ):
+            torch_tensorrt.dynamo.convert_exported_program_to_serialized_trt_engine(
+                ep, arg_inputs=list(args), min_block_size=1
+            )
+        (config,) = configs
+        return config.get_preview_feature(trt.PreviewFeature.ALIASED_PLUGIN_IO_10_03)
+
+    def test_set_only_when_a_converter_declares_it(self):
+        class Mutating(torch.nn.Module):
+            def forward(self, x):
+                torch.ops.trt_layout.add_one_(x)
+                return x * 2
+
+        class Plain(torch.nn.Module):
+            def forward(self, x):
+                return x * 2
+
+        x = torch.randn(2, 4)
+        self.assertTrue(self._preview_flag(Mutating(), (x,)))
+        self.assertFalse(self._preview_flag(Plain(), (x,)))
+
+
+if __name__ == "__main__":
+    run_tests()
