@@ -242,6 +242,9 @@ def test_missing_checkout_and_paths_are_one_line_errors(tmp_path):
         RuntimeError("CUDA error: no CUDA-capable device is detected"),
         RuntimeError("cudaErrorNoDevice: no CUDA-capable device is detected"),
         RuntimeError("compile() needs a CUDA device to deserialize and run engines"),
+        RuntimeError(
+            "Cannot set up TensorRT engine for module 'm': a CUDA device is needed"
+        ),
         ModuleNotFoundError(
             "No module named 'tensorrt.plugin'", name="tensorrt.plugin"
         ),

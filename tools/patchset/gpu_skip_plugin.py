@@ -34,6 +34,8 @@ _NO_GPU_MESSAGES = re.compile(
             r"Torch not compiled with CUDA enabled",
             r"CUDA driver",
             r"needs a CUDA device",
+            # patch 0003's errors for running an engine without a GPU
+            r"a CUDA device is needed",
             r"no CUDA-capable device is detected",
             r"cudaErrorNoDevice",
             r"cudaErrorInsufficientDriver",
