@@ -185,6 +185,31 @@ trt_layout.update_and_read.default: return 0, new state (aliases input 'state'),
         mutating = PluginLayout.from_op(torch.ops.trt_layout.update_and_read.default)
         self.assertEqual(mutating.return_lengths(("r", "s", "c")), [1])
 
+    def test_fake_outputs_give_each_plugin_output_its_dtype_and_shape(self):
+        from torch._subclasses.fake_tensor import FakeTensorMode
+
+        ops = torch.ops.trt_layout
+        with FakeTensorMode():
+            x = torch.empty(2, 6)
+            pair = PluginLayout.from_op(ops.topk_pair.default).fake_outputs([x, 3], {})
+            parts = PluginLayout.from_op(ops.chunks.default).fake_outputs([x, 3], {})
+            state, count = torch.empty(2, 6, dtype=torch.float16), torch.empty(
+                2, dtype=torch.int32
+            )
+            mutating = PluginLayout.from_op(ops.update_and_read.default).fake_outputs(
+                [state, x, count], {"alpha": 2.0}
+            )
+        self.assertEqual(
+            [(tuple(t.shape), t.dtype) for t in pair],
+            [((2, 3), torch.float32), ((2, 3), torch.int64)],
+        )
+        self.assertEqual([tuple(t.shape) for t in parts], [(2, 2)] * 3)
+        # own return, then the new values of the mutated arguments
+        self.assertEqual(
+            [(tuple(t.shape), t.dtype) for t in mutating],
+            [((2,), torch.float16), ((2, 6), torch.float16), ((2,), torch.int32)],
+        )
+
     def test_plugin_checks_name_op_and_layouts(self):
         layout = PluginLayout.from_op(torch.ops.trt_layout.update_and_read.default)
         layout.validate_plugin("ns::p", ["state", "x", "count"], ["alpha"], 3, [1])

@@ -25,7 +25,10 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
-from torch_tensorrt.dynamo.conversion._functionalized_op import mutated_arguments
+from torch_tensorrt.dynamo.conversion._functionalized_op import (
+    FunctionalizedOp,
+    mutated_arguments,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -144,6 +147,26 @@ class PluginLayout:
             else:
                 lengths.append(len(value))
         return lengths
+
+    def fake_outputs(self, args: Sequence[Any], kwargs: Dict[str, Any]) -> List[Any]:
+        """The plugin's outputs as computed by the op's fake implementation.
+
+        Call under a ``FakeTensorMode`` with fake tensors. Own returns come first
+        (a ``Tensor[]`` return flattened), then the new value of each mutated
+        argument, which has that argument's shape and dtype.
+        """
+        if self.mutated:
+            result = FunctionalizedOp(self.op)(*args, **kwargs)
+            returns = tuple(result[: len(self.returns)])
+            new_values = list(result[len(self.returns) :])
+        else:
+            result = self.op(*args, **kwargs)
+            returns = (result,) if len(self.returns) == 1 else tuple(result)
+            new_values = []
+        flat: List[Any] = []
+        for kind, value in zip(self.returns, returns):
+            flat += list(value) if kind == TENSOR_LIST else [value]
+        return flat + new_values
 
     def outputs(self, return_lengths: Sequence[int]) -> List[Tuple[str, Optional[str]]]:
         """Plugin outputs in order: ``("return i[.j]", None)`` or ``("new X", "X")``."""
