@@ -349,16 +349,22 @@ def test_the_repository_patch_set_exports_onto_the_2_14_0_sources(upstream):
     ]
 
 
-def test_new_plugin_tests_are_registered_in_the_suite_manifest(upstream, tmp_path):
-    mods = tmp_path / "overlay"
-    (mods / "torch_tensorrt").mkdir(parents=True)
-    (mods / "torch_tensorrt" / "_new_module.py").write_text("X = 1\n")
+def plugin_test_only(tmp_path):
+    """(tests root with one new automatic_plugin test, an empty patch directory)."""
     tests = tmp_path / "tests-py"
     (tests / "dynamo" / "automatic_plugin").mkdir(parents=True)
     (tests / "dynamo" / "automatic_plugin" / "test_new_plugin.py").write_text("")
     empty = tmp_path / "patches"
     empty.mkdir()
     (empty / "series").write_text("")
+    return tests, empty
+
+
+def test_new_plugin_tests_are_registered_in_the_suite_manifest(upstream, tmp_path):
+    mods = tmp_path / "overlay"
+    (mods / "torch_tensorrt").mkdir(parents=True)
+    (mods / "torch_tensorrt" / "_new_module.py").write_text("X = 1\n")
+    tests, empty = plugin_test_only(tmp_path)
     export.export(str(upstream), "pr", str(empty), str(mods), str(tests))
     assert git(upstream, "log", "-1", "--format=%s", "pr") == (
         "ci: run the new plugin tests in plugins-automatic\n"
@@ -376,12 +382,7 @@ def test_a_manifest_without_the_suite_is_a_conflict_not_a_silent_skip(
 ):
     git(upstream, "rm", "-q", "tests/ci/suites.py")
     git(upstream, "commit", "-q", "-m", "no manifest")
-    tests = tmp_path / "tests-py"
-    (tests / "dynamo" / "automatic_plugin").mkdir(parents=True)
-    (tests / "dynamo" / "automatic_plugin" / "test_new_plugin.py").write_text("")
-    empty = tmp_path / "patches"
-    empty.mkdir()
-    (empty / "series").write_text("")
+    tests, empty = plugin_test_only(tmp_path)
     with pytest.raises(
         PatchsetError, match="cannot find the paths=.*plugins-automatic"
     ):
