@@ -10,20 +10,27 @@ back (or, with aliased engine I/O, to bind to the input's own memory).
 Binding-name convention: the new value of input binding ``X`` is the engine
 output ``X_new``. When the new value is also one of the model's outputs, the
 engine has a single output for both and that output keeps the model's name
-(``output{i}`` or the user's binding name); :class:`WriteBack` says which.
+(``output{i}`` or the user's binding name); :class:`WriteBack` says which, and
+:func:`alias_map` / :func:`write_alias_map` give the same as JSON for callers
+without Python (e.g. the TensorRT C++ runtime).
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import os
+import tempfile
 from dataclasses import dataclass
-from typing import List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 import torch
 
 logger = logging.getLogger(__name__)
 
 WRITE_BACK_SUFFIX = "_new"
+ALIAS_MAP_FORMAT = "torch_tensorrt.engine_io_aliases"
+ALIAS_MAP_VERSION = 1
 
 
 @dataclass(frozen=True)
@@ -139,3 +146,34 @@ def expose_write_backs(
         + ", ".join(f"{w.output_name} -> {w.input_name}" for w in result)
     )
     return result
+
+
+def alias_map(write_backs: Sequence[WriteBack]) -> Dict[str, Any]:
+    """Machine-readable map of which engine output carries which input's new value.
+
+    ``"update": "copy"`` means: after each execution, copy the output into the
+    input (they must not be bound to the same memory: the engine may still read
+    the input while it writes the output).
+    """
+    return {
+        "format": ALIAS_MAP_FORMAT,
+        "version": ALIAS_MAP_VERSION,
+        "aliases": [
+            {"output": w.output_name, "input": w.input_name, "update": "copy"}
+            for w in write_backs
+        ],
+    }
+
+
+def write_alias_map(path: str, write_backs: Sequence[WriteBack]) -> None:
+    """Write :func:`alias_map` as JSON to ``path`` (atomically)."""
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".alias-map-", suffix=".json", dir=directory)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(alias_map(write_backs), f, indent=2)
+            f.write("\n")
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
