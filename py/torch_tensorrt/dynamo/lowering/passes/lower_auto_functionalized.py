@@ -148,6 +148,44 @@ class _FakeEvaluator:
             return target(*fake_args, **fake_kwargs)
 
 
+def _functionalized_val(
+    target: FunctionalizedOp,
+    call_args: Sequence[Any],
+    call_kwargs: Dict[str, Any],
+    mutated: Sequence[_MutatedArg],
+    v2: bool,
+    known_val: Any,
+    return_slots: int,
+) -> Optional[Tuple[Any, ...]]:
+    """``meta['val']`` of the functional call from the higher-order op's value.
+
+    Own returns and new values of whole bases (v2) or arguments (v1) are the
+    higher-order op's; a view argument's new value looks like the view itself.
+    Returns None when something is not recorded (then the caller evaluates).
+    """
+    positions = {a.name: i for i, a in enumerate(target.op._schema.arguments)}
+    values: List[Any] = [known_val(i) for i in range(target.num_returns)]
+    for k, m in enumerate(mutated):
+        if not v2:
+            values.append(known_val(return_slots + k))
+        elif m.base_index is None:
+            values.append(None)
+            continue
+        elif m.view.kind is None:
+            values.append(known_val(return_slots + m.base_index))
+        else:
+            i = positions[m.name]
+            view = call_args[i] if i < len(call_args) else call_kwargs.get(m.name)
+            values.append(
+                view.meta.get("val") if isinstance(view, torch.fx.Node) else None
+            )
+        if values[-1] is None:
+            return None
+    if any(v is None for v in values[: target.num_returns]):
+        return None
+    return tuple(values)
+
+
 def _rewrite(
     gm: torch.fx.GraphModule,
     node: torch.fx.Node,
@@ -200,11 +238,24 @@ def _rewrite(
     graph = gm.graph
     meta = {k: v for k, v in node.meta.items() if k not in ("val", "tensor_meta")}
 
-    def create(target: Any, args: Tuple[Any, ...]) -> torch.fx.Node:
+    # The higher-order op's own value already describes every new base and the
+    # returns; reuse it instead of running fake kernels again for them.
+    hop_val = node.meta.get("val")
+    return_slots = max(len(schema.returns), 1)
+
+    def create(
+        target: Any, args: Tuple[Any, ...], val: Optional[Any] = None
+    ) -> torch.fx.Node:
         new = graph.call_function(target, args)
         new.meta.update(meta)
-        new.meta["val"] = fake(target, args, {})
+        new.meta["val"] = fake(target, args, {}) if val is None else val
         return new
+
+    def known_val(index: int) -> Optional[Any]:
+        """Value of output ``index`` of the higher-order op, when recorded."""
+        if isinstance(hop_val, (tuple, list)) and index < len(hop_val):
+            return hop_val[index]
+        return None
 
     call_args: List[Any] = []
     call_kwargs: Dict[str, Any] = {}
@@ -243,14 +294,17 @@ def _rewrite(
         target = FunctionalizedOp(op)
         call = graph.call_function(target, tuple(call_args), call_kwargs)
         call.meta.update(meta)
-        call.meta["val"] = fake(target, call_args, call_kwargs)
+        call.meta["val"] = _functionalized_val(
+            target, call_args, call_kwargs, mutated, v2, known_val, return_slots
+        )
+        if call.meta["val"] is None:
+            call.meta["val"] = fake(target, call_args, call_kwargs)
         outputs = [
             create(operator.getitem, (call, i)) for i in range(target.num_outputs)
         ]
 
     returns = outputs[: target.num_returns]
     new_args = dict(zip(target.mutated, outputs[target.num_returns :]))
-    return_slots = max(target.num_returns, 1)
 
     def new_base(index: int, before: torch.fx.Node) -> torch.fx.Node:
         value: torch.fx.Node = bases[index]
@@ -264,11 +318,13 @@ def _rewrite(
                     value = create(
                         torch.ops.aten.slice_scatter.default,
                         (value, new_args[m.name], *m.view.params),
+                        known_val(return_slots + index),
                     )
                 else:
                     value = create(
                         torch.ops.aten.as_strided_scatter.default,
                         (value, new_args[m.name], *m.view.params),
+                        known_val(return_slots + index),
                     )
         return value
 
