@@ -19,10 +19,11 @@ from __future__ import annotations
 
 import json
 import logging
+import operator
 import os
 import tempfile
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -35,10 +36,48 @@ ALIAS_MAP_VERSION = 1
 
 @dataclass(frozen=True)
 class WriteBack:
-    """Engine output ``output_name`` holds the new value of input ``input_name``."""
+    """Engine output ``output_name`` holds the new value of input ``input_name``.
+
+    ``update`` is ``"in_place"`` when an in-place plugin (a converter declaring
+    ``requires_aliased_plugin_io``) writes the whole input and is its only
+    reader: TensorRT then writes into the input's memory, and the caller binds
+    the output to the input's address. Otherwise ``"copy"``: the caller copies
+    the output into the input after each run.
+    """
 
     input_name: str
     output_name: str
+    update: str = "copy"
+
+
+def _in_place_update(placeholder: torch.fx.Node, value: Any) -> Tuple[bool, str]:
+    """Whether the engine updates ``placeholder`` in place; if not, why (or "")."""
+    from torch_tensorrt.dynamo.conversion._ConverterRegistry import DYNAMO_CONVERTERS
+    from torch_tensorrt.dynamo.conversion._functionalized_op import FunctionalizedOp
+
+    if not (isinstance(value, torch.fx.Node) and value.target is operator.getitem):
+        return False, ""
+    call, index = value.args
+    target = call.target
+    if not isinstance(target, FunctionalizedOp) or index < target.num_returns:
+        return False, ""
+    name = target.mutated[index - target.num_returns]
+    position = [a.name for a in target.op._schema.arguments].index(name)
+    arg = call.args[position] if position < len(call.args) else call.kwargs.get(name)
+    if arg is not placeholder:
+        return False, ""  # a view of the input: written back by a scatter
+    converter = DYNAMO_CONVERTERS.get(call)
+    if converter is None or not converter[2].get("requires_aliased_plugin_io"):
+        return False, ""
+    readers = [
+        u.name for u in placeholder.users if u is not call and not _is_write_back(u)
+    ]
+    if readers:
+        return False, (
+            f"it has other readers ({', '.join(readers)}), so TensorRT would copy it "
+            f"before the in-place plugin {target.op}"
+        )
+    return True, ""
 
 
 def _is_write_back(node: torch.fx.Node) -> bool:
@@ -98,19 +137,28 @@ def expose_write_backs(
 
     result = []
 
+    input_of_name = {name: node for node, name in name_of_input.items()}
+
     def output_for(input_name: str, value: torch.fx.Node) -> WriteBack:
         """The output carrying ``value``: the model's own when it returns it."""
         if value in new_outputs:
-            return WriteBack(input_name, names[new_outputs.index(value)])
-        output_name = input_name + WRITE_BACK_SUFFIX
-        if output_name in names or output_name in input_names:
-            raise RuntimeError(
-                f"Binding name '{output_name}' for the new value of input "
-                f"'{input_name}' is already used; rename that input or output"
+            output_name = names[new_outputs.index(value)]
+        else:
+            output_name = input_name + WRITE_BACK_SUFFIX
+            if output_name in names or output_name in input_names:
+                raise RuntimeError(
+                    f"Binding name '{output_name}' for the new value of input "
+                    f"'{input_name}' is already used; rename that input or output"
+                )
+            new_outputs.append(value)
+            names.append(output_name)
+        in_place, why_not = _in_place_update(input_of_name[input_name], value)
+        if why_not:
+            logger.warning(
+                f"Input '{input_name}' is not updated in place: {why_not}. Its new "
+                f"value is copied back from output '{output_name}' instead."
             )
-        new_outputs.append(value)
-        names.append(output_name)
-        return WriteBack(input_name, output_name)
+        return WriteBack(input_name, output_name, "in_place" if in_place else "copy")
 
     for input_name, value in zip(state_inputs, state_values):
         result.append(output_for(input_name, value))
@@ -151,15 +199,16 @@ def expose_write_backs(
 def alias_map(write_backs: Sequence[WriteBack]) -> Dict[str, Any]:
     """Machine-readable map of which engine output carries which input's new value.
 
-    ``"update": "copy"`` means: after each execution, copy the output into the
-    input (they must not be bound to the same memory: the engine may still read
-    the input while it writes the output).
+    ``"update": "copy"``: after each execution, copy the output into the input
+    (they must not be bound to the same memory: the engine may still read the
+    input while it writes the output). ``"update": "in_place"``: bind the output
+    to the input's address; the engine writes the input's memory itself.
     """
     return {
         "format": ALIAS_MAP_FORMAT,
         "version": ALIAS_MAP_VERSION,
         "aliases": [
-            {"output": w.output_name, "input": w.input_name, "update": "copy"}
+            {"output": w.output_name, "input": w.input_name, "update": w.update}
             for w in write_backs
         ],
     }

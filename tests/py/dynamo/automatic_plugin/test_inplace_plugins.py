@@ -356,6 +356,51 @@ class TestInplacePlugins(TestCase):
         self.assertEqual(indices.dtype, torch.int64)
         self.assertEqual((values, indices), Model()(x))
 
+    def test_standalone_engine_binds_the_state_in_place(self):
+        """The issue's load_and_test_engine, using the alias map instead of
+        get_aliased_input_tensor (which TensorRT leaves empty for plugins)."""
+        import json
+        import tempfile
+
+        class Model(torch.nn.Module):
+            def forward(self, x):
+                torch.ops.inplace_test.add_one_aot_(x)
+                return x * 2
+
+        x = torch.randn(64, 33, device="cuda")
+        ep = torch.export.export(Model(), (x.clone(),))
+        with tempfile.TemporaryDirectory() as tmp:
+            engine_bytes = (
+                torch_tensorrt.dynamo.convert_exported_program_to_serialized_trt_engine(
+                    ep,
+                    arg_inputs=[x.clone()],
+                    min_block_size=1,
+                    require_full_compilation=True,
+                    alias_map_path=f"{tmp}/aliases.json",
+                )
+            )
+            with open(f"{tmp}/aliases.json") as f:
+                aliases = json.load(f)["aliases"]
+        self.assertEqual(
+            aliases, [{"output": "x_new", "input": "x", "update": "in_place"}]
+        )
+
+        runtime = trt.Runtime(trt.Logger())
+        runtime.engine_host_code_allowed = True
+        engine = runtime.deserialize_cuda_engine(engine_bytes)
+        context = engine.create_execution_context()
+        state, eager_state = x.clone(), x.clone()
+        out = torch.empty_like(x)
+        context.set_tensor_address("x", state.data_ptr())
+        context.set_tensor_address("x_new", state.data_ptr())  # "in_place"
+        context.set_tensor_address("output0", out.data_ptr())
+        stream = torch.cuda.current_stream()
+        for _ in range(3):
+            self.assertTrue(context.execute_async_v3(stream.cuda_stream))
+            stream.synchronize()
+            self.assertEqual(out, Model()(eager_state))
+            self.assertEqual(state, eager_state)
+
     def test_functional_op_with_aliasing_plugin_is_rejected(self):
         @torch.library.custom_op("inplace_test::sneaky", mutates_args=())
         def sneaky(x: torch.Tensor) -> torch.Tensor:

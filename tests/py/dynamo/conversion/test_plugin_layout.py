@@ -404,5 +404,76 @@ class TestAliasedPluginIoBuilderFlag(TestCase):
         self.assertFalse(self._preview_flag(Plain(), (x,)))
 
 
+@unittest.skipIf(
+    torch.cuda.is_available() or not ENABLED_FEATURES.tensorrt_rtx,
+    "Builds engines without a CUDA device, which needs TensorRT-RTX on a host "
+    "without a GPU.",
+)
+class TestInPlaceUpdatesInTheAliasMap(TestCase):
+    """A state updated by an in-place plugin and read by nothing else is bound in place."""
+
+    def _aliases(self, module, args, **kwargs):
+        import json
+        import tempfile
+
+        ep = torch.export.export(module, args)
+        with tempfile.TemporaryDirectory() as tmp:
+            torch_tensorrt.dynamo.convert_exported_program_to_serialized_trt_engine(
+                ep,
+                arg_inputs=list(args),
+                min_block_size=1,
+                alias_map_path=f"{tmp}/aliases.json",
+                **kwargs,
+            )
+            with open(f"{tmp}/aliases.json") as f:
+                return [
+                    (a["input"], a["output"], a["update"])
+                    for a in json.load(f)["aliases"]
+                ]
+
+    def test_sole_reader_is_in_place(self):
+        class Model(torch.nn.Module):
+            def forward(self, x):
+                torch.ops.trt_layout.add_one_(x)
+                return x * 2
+
+        self.assertEqual(
+            self._aliases(Model(), (torch.randn(2, 4),)), [("x", "x_new", "in_place")]
+        )
+
+    def test_lifted_state_is_in_place(self):
+        class Model(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.register_buffer("state", torch.zeros(2, 4))
+
+            def forward(self, x):
+                torch.ops.trt_layout.add_one_(self.state)
+                return x * 2
+
+        self.assertEqual(
+            self._aliases(Model(), (torch.randn(2, 4),), lift_mutable_buffers=True),
+            [("buf_state", "buf_state_new", "in_place")],
+        )
+
+    def test_other_readers_fall_back_to_copy_with_a_warning(self):
+        class Model(torch.nn.Module):
+            def forward(self, x):
+                before = x + 1
+                torch.ops.trt_layout.add_one_(x)
+                return x * before
+
+        with self.assertLogs("torch_tensorrt.dynamo.lowering", "WARNING") as logs:
+            aliases = self._aliases(Model(), (torch.randn(2, 4),))
+        self.assertEqual(aliases, [("x", "x_new", "copy")])
+        self.assertTrue(
+            any(
+                "Input 'x' is not updated in place: it has other readers" in m
+                for m in logs.output
+            ),
+            logs.output,
+        )
+
+
 if __name__ == "__main__":
     run_tests()
