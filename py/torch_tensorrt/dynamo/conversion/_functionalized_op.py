@@ -110,8 +110,8 @@ class FunctionalizedOp:
         return returns + [f"new value of '{name}'" for name in self.mutated]
 
     def __call__(self, *args: Any, **kwargs: Any) -> Tuple[Any, ...]:
-        args, kwargs, clones = self._clone_mutated(args, kwargs)
-        out = self.op(*args, **kwargs)
+        call_args, call_kwargs, clones = self._clone_mutated(args, kwargs)
+        out = self.op(*call_args, **call_kwargs)
         if self.num_returns == 0:
             returns: Tuple[Any, ...] = ()
         elif self.num_returns == 1:

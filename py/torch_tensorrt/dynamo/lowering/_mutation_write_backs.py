@@ -189,10 +189,10 @@ def expose_write_backs(
     gm.graph.lint()
     gm.recompile()
     gm.meta["_output_binding_names"] = names
-    logger.info(
-        "Engine outputs carrying input mutations: "
-        + ", ".join(f"{w.output_name} -> {w.input_name}" for w in result)
+    carried = ", ".join(
+        f"{w.output_name} -> {w.input_name} ({w.update})" for w in result
     )
+    logger.info(f"Engine outputs carrying input mutations: {carried}")
     return result
 
 
