@@ -53,3 +53,53 @@ def test_tools_are_black_clean():
         text=True,
     )
     assert result.returncode == 0, result.stderr
+
+
+# upstream's settings (pyproject.toml [tool.mypy] / [tool.ruff]) for py/torch_tensorrt
+MYPY_FLAGS = [
+    "--strict",
+    "--no-implicit-optional",
+    "--ignore-missing-imports",
+    "--follow-imports=skip",
+    "--disable-error-code=attr-defined",
+    "--python-version=3.11",
+    f"--cache-dir={os.devnull}",
+]
+RUFF_FLAGS = [
+    "--select=B,C4,E,F,G,W,SIM1,PERF,PLE",
+    "--ignore=E501,G004,F841,B904",
+]
+
+
+def _new_modules():
+    return [
+        os.path.join("py", f) for f in wheelbuild.overlay_files() if f.endswith(".py")
+    ]
+
+
+def test_new_modules_pass_upstream_mypy():
+    result = subprocess.run(
+        [sys.executable, "-m", "mypy", *MYPY_FLAGS, *_new_modules()],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_new_modules_pass_upstream_ruff():
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ruff",
+            "check",
+            "--no-cache",
+            *RUFF_FLAGS,
+            *_new_modules(),
+        ],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
