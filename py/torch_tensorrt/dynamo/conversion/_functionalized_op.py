@@ -54,6 +54,30 @@ def _is_tensor_type(arg: torch.Argument) -> bool:
     return isinstance(arg_type, torch.TensorType)
 
 
+_NAME_PREFIX = "functionalized_"
+
+
+def _target_name(op: torch._ops.OpOverload) -> str:
+    namespace, name = op._schema.name.split("::")
+    return f"{_NAME_PREFIX}{namespace}_{name}_{op._overloadname}"
+
+
+def __getattr__(name: str) -> FunctionalizedOp:
+    """Resolve ``functionalized_<ns>_<op>_<overload>`` (how FX code and pickles name it)."""
+    if name.startswith(_NAME_PREFIX):
+        parts = name[len(_NAME_PREFIX) :].split("_")
+        # the op name may contain underscores: try each split into ns / op / overload
+        for i in range(1, len(parts) - 1):
+            for j in range(i + 1, len(parts)):
+                namespace, op_name = "_".join(parts[:i]), "_".join(parts[i:j])
+                overload = "_".join(parts[j:])
+                packet = getattr(getattr(torch.ops, namespace, None), op_name, None)
+                op = getattr(packet, overload, None) if packet is not None else None
+                if isinstance(op, torch._ops.OpOverload) and _target_name(op) == name:
+                    return FunctionalizedOp(op)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 class FunctionalizedOp:
     """Callable FX target: ``op`` without side effects, returning the mutated values.
 
@@ -85,10 +109,8 @@ class FunctionalizedOp:
         self.op = op
         self.mutated = tuple(arg.name for arg in mutated)
         self.num_returns = len(op._schema.returns)
-        # FX code generation and logging name the target by these
-        self.__name__ = (
-            f"functionalized_{op._schema.name.replace('::', '_')}_{op._overloadname}"
-        )
+        # FX code generation, pickling and logging name the target by these
+        self.__name__ = _target_name(op)
         self.__qualname__ = self.__name__
         self.__module__ = __name__
         cls._instances[op] = self

@@ -307,6 +307,18 @@ class TestFunctionalizedOp(TestCase):
         self.assertEqual(new_x, torch.full((3,), 2.0))
         self.assertEqual(out, torch.full((3,), 4.0))
 
+    def test_found_by_its_qualified_name_and_pickled_by_reference(self):
+        import importlib
+        import pickle
+
+        fop = FunctionalizedOp(torch.ops.trt_mut.add_one_ret.default)
+        module = importlib.import_module(fop.__module__)
+        # how FX-generated code and pickles refer to a call_function target
+        self.assertIs(getattr(module, fop.__name__), fop)
+        self.assertIs(pickle.loads(pickle.dumps(fop)), fop)
+        with self.assertRaises(AttributeError):
+            getattr(module, "functionalized_trt_mut_no_such_op_default")
+
     def test_kwarg_and_default_arguments(self):
         fop = FunctionalizedOp(torch.ops.trt_mut.add_two_.default)
         x, z = torch.zeros(2), torch.zeros(2)
