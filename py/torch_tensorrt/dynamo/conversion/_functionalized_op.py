@@ -116,8 +116,9 @@ class FunctionalizedOp:
         cls._instances[op] = self
         return self
 
-    def __reduce__(self) -> Tuple[Any, Tuple[Any, ...]]:
-        return (FunctionalizedOp, (self.op,))
+    def __reduce__(self) -> str:
+        # pickled by reference: the module resolves the name (see __getattr__)
+        return self.__name__
 
     def __repr__(self) -> str:
         return f"FunctionalizedOp({self.op})"
