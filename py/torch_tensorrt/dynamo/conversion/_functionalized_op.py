@@ -118,7 +118,7 @@ class FunctionalizedOp:
 
     def __reduce__(self) -> str:
         # pickled by reference: the module resolves the name (see __getattr__)
-        return self.__name__
+        return _target_name(self.op)
 
     def __repr__(self) -> str:
         return f"FunctionalizedOp({self.op})"
