@@ -57,6 +57,23 @@ def _is_tensor_type(arg: torch.Argument) -> bool:
 _NAME_PREFIX = "functionalized_"
 
 
+def is_write_back(node: torch.fx.Node) -> bool:
+    """``aten.copy_``: how ``ExportedProgram.module()`` writes a mutation back."""
+    return node.op == "call_function" and node.target in (
+        torch.ops.aten.copy_.default,
+        torch.ops.aten.copy_,
+    )
+
+
+def other_readers(state: torch.fx.Node, writer: torch.fx.Node) -> List[str]:
+    """Nodes besides ``writer`` (and write-backs) that read ``state``.
+
+    An in-place plugin updates its aliased input in place only when that input
+    has no other reader; otherwise TensorRT inserts a copy before the plugin.
+    """
+    return [u.name for u in state.users if u is not writer and not is_write_back(u)]
+
+
 def _target_name(op: torch._ops.OpOverload) -> str:
     namespace, name = op._schema.name.split("::")
     return f"{_NAME_PREFIX}{namespace}_{name}_{op._overloadname}"

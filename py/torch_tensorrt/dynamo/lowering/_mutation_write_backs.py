@@ -26,6 +26,11 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
+from torch_tensorrt.dynamo.conversion._functionalized_op import (
+    FunctionalizedOp,
+    is_write_back,
+    other_readers,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -53,7 +58,6 @@ class WriteBack:
 def _in_place_update(placeholder: torch.fx.Node, value: Any) -> Tuple[bool, str]:
     """Whether the engine updates ``placeholder`` in place; if not, why (or "")."""
     from torch_tensorrt.dynamo.conversion._ConverterRegistry import DYNAMO_CONVERTERS
-    from torch_tensorrt.dynamo.conversion._functionalized_op import FunctionalizedOp
 
     if not (isinstance(value, torch.fx.Node) and value.target is operator.getitem):
         return False, ""
@@ -69,22 +73,13 @@ def _in_place_update(placeholder: torch.fx.Node, value: Any) -> Tuple[bool, str]
     converter = DYNAMO_CONVERTERS.get(call)
     if converter is None or not converter[2].get("requires_aliased_plugin_io"):
         return False, ""
-    readers = [
-        u.name for u in placeholder.users if u is not call and not _is_write_back(u)
-    ]
+    readers = other_readers(placeholder, call)
     if readers:
         return False, (
             f"it has other readers ({', '.join(readers)}), so TensorRT would copy it "
             f"before the in-place plugin {target.op}"
         )
     return True, ""
-
-
-def _is_write_back(node: torch.fx.Node) -> bool:
-    return node.op == "call_function" and node.target in (
-        torch.ops.aten.copy_.default,
-        torch.ops.aten.copy_,
-    )
 
 
 def expose_write_backs(
@@ -116,7 +111,7 @@ def expose_write_backs(
 
     output_node = next(n for n in gm.graph.nodes if n.op == "output")
     outputs = list(output_node.args[0])
-    write_backs = [n for n in gm.graph.nodes if _is_write_back(n)]
+    write_backs = [n for n in gm.graph.nodes if is_write_back(n)]
     if not write_backs and not state_inputs and all(o is not None for o in outputs):
         gm.meta["_output_binding_names"] = output_binding_names
         return []
@@ -125,7 +120,7 @@ def expose_write_backs(
 
     # A write-back that is itself returned returns the input, i.e. its new value.
     user_outputs = [
-        o.args[1] if isinstance(o, torch.fx.Node) and _is_write_back(o) else o
+        o.args[1] if isinstance(o, torch.fx.Node) and is_write_back(o) else o
         for o in outputs
     ]
     kept = [i for i, o in enumerate(user_outputs) if o is not None]

@@ -7,6 +7,7 @@ for ``INetworkDefinition.add_plugin`` (TensorRT-RTX has none), which only checks
 Torch-TensorRT's own calls and proves nothing about what TensorRT accepts.
 """
 
+import operator
 import unittest
 import unittest.mock
 
@@ -348,6 +349,75 @@ class TestPluginGlue(TestCase):
         self.assertEqual(
             result, ("plugin output 0", "plugin output 1", "plugin output 2")
         )
+
+    def _node(self, extra_reader=False, keep_new_state=True):
+        """FX graph of the functional call, as the converter sees it."""
+        from torch_tensorrt.dynamo.conversion._functionalized_op import (
+            FunctionalizedOp,
+        )
+
+        graph = torch.fx.Graph()
+        state, x, count = (graph.placeholder(n) for n in ("state", "x", "count"))
+        call = graph.call_function(
+            FunctionalizedOp(torch.ops.trt_layout.update_and_read.default),
+            (state, x, count),
+        )
+        outputs = [graph.call_function(operator.getitem, (call, i)) for i in range(3)]
+        returned = outputs if keep_new_state else outputs[:1]
+        if extra_reader:
+            returned = returned + [
+                graph.call_function(torch.ops.aten.neg.default, (state,))
+            ]
+        graph.output(tuple(returned))
+        return call
+
+    def _recorded(self, node):
+        i = self.inputs
+        recording = RecordingNetwork(self.net, 3)
+        ctx = ConversionContext(recording, CompilationSettings())
+        ctx.current_node = node
+        plugin_def = unittest.mock.Mock(
+            input_tensor_names=["state", "x", "count"], input_attrs={}, num_outputs=3
+        )
+        add_plugin_for_op(
+            ctx,
+            "t",
+            (i["state"], i["x"], i["count"]),
+            {},
+            "node",
+            PluginLayout.from_op(torch.ops.trt_layout.update_and_read.default),
+            "trt_layout::update_and_read",
+            lambda *t, **a: None,
+            plugin_def,
+            use_aot=False,
+            coerce_attr=lambda name, value: value,
+            aliased_inputs=lambda plugin_def, inputs, attrs: [None, 0, 2],
+        )
+        return [
+            (a.output_tensor, a.input_binding_name, a.kind.value)
+            for a in ctx.aliased_outputs
+        ]
+
+    def test_state_updated_in_place_is_recorded_as_a_user_alias(self):
+        self.assertEqual(
+            self._recorded(self._node()),
+            [
+                ("plugin output 1", "state", "user"),
+                ("plugin output 2", "count", "user"),
+            ],
+        )
+
+    def test_other_readers_or_unread_new_values_keep_the_copy_back(self):
+        with self.assertLogs(
+            "torch_tensorrt.dynamo.conversion.plugins", "WARNING"
+        ) as logs:
+            recorded = self._recorded(self._node(extra_reader=True))
+        self.assertEqual(recorded, [("plugin output 2", "count", "user")])
+        self.assertIn(
+            "Input 'state' of trt_layout.update_and_read.default", logs.output[0]
+        )
+        # new values nobody reads are not engine outputs: nothing to bind
+        self.assertEqual(self._recorded(self._node(keep_new_state=False)), [])
 
     def test_wrong_plugin_is_reported_before_the_layer_is_added(self):
         i = self.inputs

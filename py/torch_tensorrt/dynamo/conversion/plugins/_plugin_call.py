@@ -10,13 +10,21 @@ layer.
 from __future__ import annotations
 
 import logging
+import operator
 import uuid
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import tensorrt as trt
+import torch
 from torch.fx.node import Argument, Target
-from torch_tensorrt.dynamo.conversion._ConversionContext import ConversionContext
+from torch_tensorrt.dynamo.conversion._ConversionContext import (
+    AliasedOutput,
+    AliasKind,
+    ConversionContext,
+)
+from torch_tensorrt.dynamo.conversion._functionalized_op import other_readers
 from torch_tensorrt.dynamo.conversion.converter_utils import get_trt_tensor
+from torch_tensorrt.dynamo.conversion.impl.slice_scatter import input_binding_name
 from torch_tensorrt.dynamo.conversion.plugins._plugin_layout import PluginLayout
 
 logger = logging.getLogger(__name__)
@@ -110,4 +118,51 @@ def add_plugin_for_op(
         f"Added plugin {plugin_id} for {layout.op}: {layout.describe(return_lengths)}"
     )
     outputs = [layer.get_output(i) for i in range(layer.num_outputs)]
+    if node is not None:
+        _record_in_place_state(ctx, layout, node, inputs, outputs, return_lengths)
     return layout.group_outputs(outputs, return_lengths)
+
+
+def _record_in_place_state(
+    ctx: ConversionContext,
+    layout: PluginLayout,
+    node: torch.fx.Node,
+    inputs: Sequence[trt.ITensor],
+    outputs: Sequence[Any],
+    return_lengths: Sequence[int],
+) -> None:
+    """Record aliased plugin outputs that update an engine input in place.
+
+    The runtimes then bind that output to the caller's tensor (``aliased_io``,
+    kind ``user``; TensorRT does not report plugin aliases itself), so the state
+    is updated where it lives. Recorded only when it is safe and useful: the
+    aliased input is a network input, the plugin is its only reader (otherwise
+    TensorRT copies it first), and the new value is an output of this engine.
+    Anything else keeps the copy-back path.
+    """
+    fx_values = layout.bind(node.args, dict(node.kwargs))
+    first_alias = len(layout.outputs(return_lengths)) - len(layout.mutated)
+    for k, arg in enumerate(layout.mutated):
+        state = fx_values[arg]
+        binding = input_binding_name(ctx, inputs[layout.tensor_args.index(arg)])
+        if binding is None or not isinstance(state, torch.fx.Node):
+            continue
+        readers = other_readers(state, node)
+        if readers:
+            logger.warning(
+                f"Input '{binding}' of {layout.op} is not updated in place: it has "
+                f"other readers ({', '.join(readers)}), so TensorRT would copy it "
+                "before the in-place plugin; its new value is copied back instead"
+            )
+            continue
+        index = len(layout.returns) + k
+        engine_output = any(
+            user.target is operator.getitem
+            and user.args[1] == index
+            and any(u.op == "output" for u in user.users)
+            for user in node.users
+        )
+        if engine_output:
+            ctx.aliased_outputs.append(
+                AliasedOutput(outputs[first_alias + k], binding, AliasKind.USER)
+            )

@@ -1,0 +1,54 @@
+"""Outputs aliased by in-place plugins (kind ``user``) are never hidden or miscounted.
+
+Pure Python: runs without a GPU. ``kv_cache_update`` aliases keep their old
+treatment (trailing ones are engine side effects).
+"""
+
+from torch.testing._internal.common_utils import TestCase, run_tests
+from torch_tensorrt.dynamo.lowering._buffer_lifting import (
+    aliased_input_bindings,
+    assert_predicted_kv_aliased,
+)
+from torch_tensorrt.dynamo.runtime._TorchTensorRTModule import user_output_count
+
+
+class TestUserOutputCount(TestCase):
+    def test_trailing_kv_side_effects_are_hidden(self):
+        names = ["output0", "output1", "output2"]
+        aliased = {"output2": ("cache", "kv_cache_update")}
+        self.assertEqual(user_output_count(names, aliased), 2)
+
+    def test_trailing_user_alias_stays_visible(self):
+        names = ["output0", "x_state"]
+        self.assertEqual(user_output_count(names, {"x_state": ("x", "user")}), 2)
+        # a KV side effect after it is still hidden
+        aliased = {"x_state": ("x", "user"), "output2": ("cache", "kv_cache_update")}
+        self.assertEqual(user_output_count(names + ["output2"], aliased), 2)
+
+    def test_no_aliases(self):
+        self.assertEqual(user_output_count(["a", "b"], {}), 2)
+
+
+class TestAliasedInputBindings(TestCase):
+    def test_user_aliases_are_not_kv_writes(self):
+        maps = [
+            {"o1": ("buf_cache", "kv_cache_update"), "o2": ("buf_state", "user")},
+            {"o3": "buf_other"},
+        ]
+        self.assertEqual(aliased_input_bindings(maps), {"buf_cache", "buf_other"})
+
+    def test_a_copy_back_state_updated_in_place_is_no_conflict(self):
+        aliased = aliased_input_bindings([{"buf_state_new": ("buf_state", "user")}])
+        assert_predicted_kv_aliased(aliased, [], copyback_bindings=["buf_state"])
+        with self.assertRaisesRegex(RuntimeError, "aliased them in place anyway"):
+            assert_predicted_kv_aliased(
+                aliased_input_bindings(
+                    [{"buf_state_new": ("buf_state", "kv_cache_update")}]
+                ),
+                [],
+                copyback_bindings=["buf_state"],
+            )
+
+
+if __name__ == "__main__":
+    run_tests()
