@@ -239,6 +239,9 @@ class TestInplacePlugins(TestCase):
 
         x = torch.randn(64, 33, device="cuda")
         trt_module = self._compile(Model(), (x,))
+        # the state is bound in place, not copied back
+        (engine,) = _engines(trt_module)
+        self.assertIn(("x", "user"), getattr(trt_module, engine).aliased_io.values())
         compiled_x, eager_x = x.clone(), x.clone()
         pointer = compiled_x.data_ptr()
         for _ in range(3):
