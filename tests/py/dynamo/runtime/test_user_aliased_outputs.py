@@ -50,5 +50,39 @@ class TestAliasedInputBindings(TestCase):
             )
 
 
+class TestUserAliasesTravel(TestCase):
+    """The ``user`` kind survives the engine info wire format and the engine cache."""
+
+    ALIASED = {"x_new": ("x", "user"), "output1": ("cache", "kv_cache_update")}
+
+    def test_engine_info_round_trip(self):
+        from torch_tensorrt.dynamo.runtime._TorchTensorRTModule import (
+            deserialize_aliased_io,
+            serialize_aliased_io,
+        )
+
+        self.assertEqual(
+            deserialize_aliased_io(serialize_aliased_io(self.ALIASED)), self.ALIASED
+        )
+
+    def test_engine_cache_round_trip(self):
+        import torch
+        import torch_tensorrt
+        from torch_tensorrt.dynamo._engine_cache import BaseEngineCache
+        from torch_tensorrt.dynamo._settings import CompilationSettings
+
+        blob = BaseEngineCache.pack(
+            b"engine",
+            ["x"],
+            ["output0", "x_new"],
+            [torch_tensorrt.Input.from_tensor(torch.zeros(2))],
+            CompilationSettings(),
+            False,
+            False,
+            self.ALIASED,
+        )
+        self.assertEqual(BaseEngineCache.unpack(blob)[-1], self.ALIASED)
+
+
 if __name__ == "__main__":
     run_tests()
