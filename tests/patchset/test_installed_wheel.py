@@ -4,7 +4,6 @@ import importlib.metadata
 import importlib.util
 import os
 
-import pytest
 from patchset import wheelbuild
 
 

@@ -1,7 +1,5 @@
 """Series hygiene, and that a patch which does not apply is reported by patch, file and hunk."""
 
-import os
-
 import pytest
 from patchset import PatchsetError, series, tree
 
@@ -82,3 +80,20 @@ def test_a_failing_hunk_is_named_and_nothing_is_half_applied(tmp_path):
     # git apply is all-or-nothing: the hunk that would have applied was not applied either.
     assert target.read_text() == original
     assert other.read_text() == other_original
+
+
+def test_a_new_module_may_not_overwrite_an_upstream_file(tmp_path, monkeypatch):
+    from patchset import wheelbuild
+
+    overlay = tmp_path / "py"
+    (overlay / "torch_tensorrt").mkdir(parents=True)
+    (overlay / "torch_tensorrt" / "_enums.py").write_text("X = 1\n")
+    monkeypatch.setattr(wheelbuild, "OVERLAY_ROOT", str(overlay))
+    tree_dir = tmp_path / "wheel"
+    (tree_dir / "torch_tensorrt").mkdir(parents=True)
+    (tree_dir / "torch_tensorrt" / "_enums.py").write_text("upstream\n")
+    with pytest.raises(
+        PatchsetError, match="py/torch_tensorrt/_enums.py would overwrite"
+    ):
+        wheelbuild.apply_overlay(str(tree_dir))
+    assert (tree_dir / "torch_tensorrt" / "_enums.py").read_text() == "upstream\n"

@@ -1,6 +1,5 @@
 """materialize -> edit -> refresh gives back a series that builds the edited tree."""
 
-import os
 import subprocess
 
 import pytest

@@ -39,7 +39,6 @@ _GIT_LOCATION_VARS = (
 _UPSTREAM_MARKERS = ("py/torch_tensorrt/dynamo", "tests/py")
 _AUTHOR_RE = re.compile(r"^(?P<name>[^<>]*\S)\s*<(?P<email>[^<>\s]+@[^<>\s]+)>$")
 _FIELD_RE = re.compile(r"^(?P<key>[A-Za-z][A-Za-z0-9-]*):(?:\s+(?P<value>.*))?$")
-_SKIP_DIRS = ("__pycache__", ".pytest_cache")
 _MAX_SUBJECT_NAMES = 3
 
 
@@ -275,21 +274,6 @@ def _apply_series(
 # --------------------------------------------------------------------------- overlay
 
 
-def _files_under(root: str) -> List[str]:
-    """Files below ``root`` (relative, ``/``-separated, sorted), without caches and byte code."""
-    files = []
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS)
-        for name in sorted(filenames):
-            if not name.endswith((".pyc", ".pyo")):
-                files.append(
-                    os.path.relpath(os.path.join(dirpath, name), root).replace(
-                        os.sep, "/"
-                    )
-                )
-    return files
-
-
 def _overlay_plan(
     work: str, overlay_root: Optional[str], tests_root: Optional[str]
 ) -> Tuple[List[Tuple[str, str]], List[str]]:
@@ -297,9 +281,9 @@ def _overlay_plan(
     if overlay_root is None:
         overlay_root, modules = wheelbuild.OVERLAY_ROOT, wheelbuild.overlay_files()
     else:
-        modules = _files_under(overlay_root)
+        modules = wheelbuild.source_files(overlay_root)
     tests_root = TESTS_ROOT if tests_root is None else tests_root
-    tests = _files_under(tests_root) if os.path.isdir(tests_root) else []
+    tests = wheelbuild.source_files(tests_root) if os.path.isdir(tests_root) else []
     plan = [(os.path.join(overlay_root, rel), "py/" + rel) for rel in modules]
     plan += [(os.path.join(tests_root, rel), "tests/py/" + rel) for rel in tests]
     clashes = [

@@ -17,7 +17,7 @@ import os
 import re
 import subprocess
 import sys
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, Dict, Iterator, Optional
 
 import pytest
 

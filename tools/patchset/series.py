@@ -19,7 +19,6 @@ from . import REPO_ROOT, PatchsetError
 
 PATCH_DIR = os.path.join(REPO_ROOT, "patches")
 SERIES_FILE = os.path.join(PATCH_DIR, "series")
-UPSTREAM_PREFIX = "py/"
 PACKAGE_PREFIX = "py/torch_tensorrt/"
 
 _NAME_RE = re.compile(r"^\d{4}-[a-z0-9][a-z0-9-]*\.patch$")

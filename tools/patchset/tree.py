@@ -12,7 +12,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import tempfile
 from typing import Dict, List, Optional, Tuple
 
@@ -54,15 +53,7 @@ def base_sources(
     )
     work = tempfile.mkdtemp(prefix="patchset-src-")
     try:
-        result = subprocess.run(
-            [sys.executable, "-m", "wheel", "unpack", "--dest", work, wheel],
-            capture_output=True,
-            text=True,
-        )
-        if result.returncode != 0:
-            raise PatchsetError(
-                f"'wheel unpack' failed for {wheel}: {result.stderr.strip()}"
-            )
+        wheelbuild.run_wheel_cli(["unpack", "--dest", work, wheel], work)
         (root,) = glob.glob(os.path.join(work, f"*-{BASE_VERSION}"))
         files = []
         for path in sorted(
@@ -91,26 +82,12 @@ def copy_overlay(dest: str, with_tests: bool = True) -> List[str]:
         shutil.copy2(os.path.join(wheelbuild.OVERLAY_ROOT, rel), target)
         copied.append("py/" + rel)
     if with_tests:
-        for rel in _walk(TESTS_ROOT):
+        for rel in wheelbuild.source_files(TESTS_ROOT):
             target = os.path.join(dest, "tests", "py", rel)
             os.makedirs(os.path.dirname(target), exist_ok=True)
             shutil.copy2(os.path.join(TESTS_ROOT, rel), target)
             copied.append("tests/py/" + rel)
     return copied
-
-
-def _walk(root: str) -> List[str]:
-    out = []
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(
-            d for d in dirnames if d not in ("__pycache__", ".pytest_cache")
-        )
-        out += [
-            os.path.relpath(os.path.join(dirpath, f), root).replace(os.sep, "/")
-            for f in sorted(filenames)
-            if not f.endswith(".pyc")
-        ]
-    return out
 
 
 def patched_tree(
@@ -307,7 +284,7 @@ def flavour_differences() -> Dict[str, str]:
             trees[flavour] = os.path.join(root, flavour)
             patched_tree(trees[flavour], flavour)
         differences = {}
-        files = {f: _walk(t) for f, t in trees.items()}
+        files = {f: wheelbuild.source_files(t) for f, t in trees.items()}
         all_files = set(files["standard"]) | set(files["rtx"])
         for rel in sorted(all_files):
             if rel.startswith("py/torch_tensorrt/fx/"):

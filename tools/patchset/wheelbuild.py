@@ -14,26 +14,31 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from typing import List, Optional, Tuple
+from typing import List, Optional
 
 from . import BASE_VERSION, REPO_ROOT, PatchsetError, base, series
 
 OVERLAY_ROOT = os.path.join(REPO_ROOT, "py")
 DEFAULT_LABEL = "inplace"
 _LABEL_RE = re.compile(r"^[a-z0-9]+$")
+_CACHE_DIRS = ("__pycache__", ".pytest_cache", ".mypy_cache")
+
+
+def source_files(root: str) -> List[str]:
+    """Files below ``root`` (relative, ``/``-separated, sorted), without caches and byte code."""
+    files = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if d not in _CACHE_DIRS)
+        for name in sorted(filenames):
+            if not name.endswith((".pyc", ".pyo")):
+                full = os.path.join(dirpath, name)
+                files.append(os.path.relpath(full, root).replace(os.sep, "/"))
+    return files
 
 
 def overlay_files() -> List[str]:
     """New modules of the patch set, relative to ``py/`` (e.g. ``torch_tensorrt/x.py``)."""
-    files = []
-    for dirpath, dirnames, filenames in os.walk(OVERLAY_ROOT):
-        dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
-        for name in sorted(filenames):
-            if name.endswith((".pyc", ".pyo")):
-                continue
-            full = os.path.join(dirpath, name)
-            files.append(os.path.relpath(full, OVERLAY_ROOT).replace(os.sep, "/"))
-    return files
+    return source_files(OVERLAY_ROOT)
 
 
 def content_hash() -> str:
@@ -72,7 +77,7 @@ def apply_overlay(tree: str) -> None:
         shutil.copy2(os.path.join(OVERLAY_ROOT, rel), dest)
 
 
-def _run_wheel_cli(args: List[str], cwd: str) -> None:
+def run_wheel_cli(args: List[str], cwd: str) -> None:
     result = subprocess.run(
         [sys.executable, "-m", "wheel", *args], cwd=cwd, capture_output=True, text=True
     )
@@ -121,7 +126,7 @@ def build_patched_wheel(
     patches = series.read_series()
     work = tempfile.mkdtemp(prefix="patchset-build-")
     try:
-        _run_wheel_cli(["unpack", "--dest", work, base_wheel], work)
+        run_wheel_cli(["unpack", "--dest", work, base_wheel], work)
         (tree,) = glob.glob(os.path.join(work, f"*-{BASE_VERSION}"))
         # Wheel layout is upstream's minus the leading ``py/``: strip ``a/py/``.
         series.apply_series(tree, strip=2, patches=patches)
@@ -130,7 +135,7 @@ def build_patched_wheel(
         _set_version(dist_info, version)
         packed = os.path.join(work, "packed")
         os.makedirs(packed)
-        _run_wheel_cli(["pack", "--dest-dir", packed, tree], work)
+        run_wheel_cli(["pack", "--dest-dir", packed, tree], work)
         (built,) = glob.glob(os.path.join(packed, "*.whl"))
         os.makedirs(out_dir, exist_ok=True)
         final = os.path.join(out_dir, os.path.basename(built))
@@ -140,10 +145,3 @@ def build_patched_wheel(
         return final
     finally:
         shutil.rmtree(work, ignore_errors=True)
-
-
-def built_wheel_name(
-    flavour: str, python_tag: str, platform_tag: str, version: str
-) -> Tuple[str, str]:
-    dist = base.wheel_filename(flavour, python_tag, platform_tag).split("-")[0]
-    return dist, f"{dist}-{version}-{python_tag}-{python_tag}-{platform_tag}.whl"
