@@ -31,7 +31,7 @@ no side effect, so a node the partitioner leaves in PyTorch is still correct.
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Dict, List, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -72,6 +72,53 @@ def other_readers(state: torch.fx.Node, writer: torch.fx.Node) -> List[str]:
     has no other reader; otherwise TensorRT inserts a copy before the plugin.
     """
     return [u.name for u in state.users if u is not writer and not is_write_back(u)]
+
+
+def mutated_values(node: torch.fx.Node) -> Dict[str, Any]:
+    """The values a :class:`FunctionalizedOp` call passes for its mutated arguments."""
+    target = node.target
+    assert isinstance(target, FunctionalizedOp)
+    positions = [arg.name for arg in target.op._schema.arguments]
+    return {
+        name: (
+            node.args[positions.index(name)]
+            if positions.index(name) < len(node.args)
+            else node.kwargs.get(name)
+        )
+        for name in target.mutated
+    }
+
+
+def updates_in_place(node: torch.fx.Node) -> bool:
+    """Whether the converter of ``node`` declares ``requires_aliased_plugin_io``."""
+    from torch_tensorrt.dynamo.conversion._ConverterRegistry import (
+        DYNAMO_CONVERTERS,
+    )
+
+    converter = DYNAMO_CONVERTERS.get(node)
+    return converter is not None and bool(
+        converter[2].get("requires_aliased_plugin_io")
+    )
+
+
+def in_place_writer(state: torch.fx.Node) -> Optional[torch.fx.Node]:
+    """The node whose converter updates ``state`` in place in TensorRT, if any.
+
+    That is a :class:`FunctionalizedOp` call taking ``state`` itself (not a view)
+    as a mutated argument, whose converter declares ``requires_aliased_plugin_io``
+    (an in-place plugin), and that is ``state``'s only reader: TensorRT then
+    passes the plugin the memory of ``state`` for its aliased output, so when
+    ``state`` is a network input the caller's tensor is written.
+    """
+    for user in state.users:
+        if (
+            isinstance(user.target, FunctionalizedOp)
+            and any(v is state for v in mutated_values(user).values())
+            and not other_readers(state, user)
+            and updates_in_place(user)
+        ):
+            return user
+    return None
 
 
 def _target_name(op: torch._ops.OpOverload) -> str:

@@ -29,7 +29,9 @@ import torch
 from torch_tensorrt.dynamo.conversion._functionalized_op import (
     FunctionalizedOp,
     is_write_back,
+    mutated_values,
     other_readers,
+    updates_in_place,
 )
 
 logger = logging.getLogger(__name__)
@@ -57,8 +59,6 @@ class WriteBack:
 
 def _in_place_update(placeholder: torch.fx.Node, value: Any) -> Tuple[bool, str]:
     """Whether the engine updates ``placeholder`` in place; if not, why (or "")."""
-    from torch_tensorrt.dynamo.conversion._ConverterRegistry import DYNAMO_CONVERTERS
-
     if not (isinstance(value, torch.fx.Node) and value.target is operator.getitem):
         return False, ""
     call, index = value.args
@@ -66,12 +66,9 @@ def _in_place_update(placeholder: torch.fx.Node, value: Any) -> Tuple[bool, str]
     if not isinstance(target, FunctionalizedOp) or index < target.num_returns:
         return False, ""
     name = target.mutated[index - target.num_returns]
-    position = [a.name for a in target.op._schema.arguments].index(name)
-    arg = call.args[position] if position < len(call.args) else call.kwargs.get(name)
-    if arg is not placeholder:
+    if mutated_values(call)[name] is not placeholder:
         return False, ""  # a view of the input: written back by a scatter
-    converter = DYNAMO_CONVERTERS.get(call)
-    if converter is None or not converter[2].get("requires_aliased_plugin_io"):
+    if not updates_in_place(call):
         return False, ""
     readers = other_readers(placeholder, call)
     if readers:

@@ -8,6 +8,7 @@ Torch-TensorRT's own calls and proves nothing about what TensorRT accepts.
 """
 
 import operator
+import types
 import unittest
 import unittest.mock
 
@@ -274,16 +275,18 @@ class RecordingNetwork:
     """
 
     class Layer:
-        def __init__(self, num_outputs):
-            self.num_outputs = num_outputs
+        def __init__(self, outputs):
+            self.num_outputs = len(outputs)
+            self.outputs = outputs
             self.name = None
 
         def get_output(self, i):
-            return f"plugin output {i}"
+            return self.outputs[i]
 
-    def __init__(self, net, num_outputs):
+    def __init__(self, net, num_outputs, output_types=None):
         self._net = net
-        self.num_outputs = num_outputs
+        # stand-in output tensors: a name, a dtype and a shape
+        self.output_types = output_types or [(trt.float32, (2, 4))] * num_outputs
         self.calls = []
 
     def __getattr__(self, name):
@@ -291,7 +294,12 @@ class RecordingNetwork:
 
     def add_plugin(self, plugin_call, aot):
         self.calls.append((plugin_call, aot))
-        self.layer = self.Layer(self.num_outputs)
+        self.layer = self.Layer(
+            [
+                types.SimpleNamespace(name=f"plugin output {i}", dtype=d, shape=s)
+                for i, (d, s) in enumerate(self.output_types)
+            ]
+        )
         return self.layer
 
 
@@ -347,7 +355,8 @@ class TestPluginGlue(TestCase):
         self.assertEqual(call[2], {"alpha": ("coerced", "alpha", 0.5)})
         self.assertEqual(recording.layer.name, "[trt_layout.update_and_read]-[node]")
         self.assertEqual(
-            result, ("plugin output 0", "plugin output 1", "plugin output 2")
+            [r.name for r in result],
+            ["plugin output 0", "plugin output 1", "plugin output 2"],
         )
 
     def _node(self, extra_reader=False, keep_new_state=True):
@@ -371,10 +380,11 @@ class TestPluginGlue(TestCase):
         graph.output(tuple(returned))
         return call
 
-    def _recorded(self, node):
+    def _recorded(self, node, output_types=None, recorded=()):
         i = self.inputs
-        recording = RecordingNetwork(self.net, 3)
+        recording = RecordingNetwork(self.net, 3, output_types)
         ctx = ConversionContext(recording, CompilationSettings())
+        ctx.aliased_outputs.extend(recorded)
         ctx.current_node = node
         plugin_def = unittest.mock.Mock(
             input_tensor_names=["state", "x", "count"], input_attrs={}, num_outputs=3
@@ -394,7 +404,7 @@ class TestPluginGlue(TestCase):
             aliased_inputs=lambda plugin_def, inputs, attrs: [None, 0, 2],
         )
         return [
-            (a.output_tensor, a.input_binding_name, a.kind.value)
+            (a.output_tensor.name, a.input_binding_name, a.kind.value)
             for a in ctx.aliased_outputs
         ]
 
@@ -418,6 +428,51 @@ class TestPluginGlue(TestCase):
         )
         # new values nobody reads are not engine outputs: nothing to bind
         self.assertEqual(self._recorded(self._node(keep_new_state=False)), [])
+
+    def test_outputs_that_cannot_alias_their_input_are_rejected(self):
+        f32, f16 = trt.float32, trt.float16
+        with self.assertRaisesRegex(
+            ValueError,
+            r"update_and_read.default: the plugin output aliasing argument 'state' "
+            r"is DataType.HALF \(2, 4\), but engine input 'state' is "
+            r"DataType.FLOAT \(2, 4\)",
+        ):
+            self._recorded(self._node(), [(f32, (2,)), (f16, (2, 4)), (f32, (2, 4))])
+        with self.assertRaisesRegex(
+            ValueError, r"input 'count' is DataType.FLOAT \(2, 4\)"
+        ):
+            self._recorded(self._node(), [(f32, (2,)), (f32, (2, 4)), (f32, (4, 2))])
+
+    def test_non_contiguous_state_is_rejected(self):
+        node = self._node()
+        state = node.args[0]
+        state.meta["val"] = torch.empty(4, 2).t()
+        with self.assertRaisesRegex(
+            ValueError,
+            r"update_and_read.default: argument 'state' \(engine input 'state'\) is "
+            r"updated in place, but the example tensor is not contiguous "
+            r"\(strides \(1, 2\)\)",
+        ):
+            self._recorded(node)
+        state.meta["val"] = torch.empty(2, 4)
+        self.assertEqual(len(self._recorded(node)), 2)
+
+    def test_two_outputs_aliasing_one_input_are_rejected(self):
+        from torch_tensorrt.dynamo.conversion._ConversionContext import (
+            AliasedOutput,
+            AliasKind,
+        )
+
+        earlier = types.SimpleNamespace(name="cache_out")
+        with self.assertRaisesRegex(
+            ValueError,
+            r"engine input 'count' \(argument 'count'\) would be updated in place by "
+            r"two outputs \('cache_out' and this plugin's\)",
+        ):
+            self._recorded(
+                self._node(),
+                recorded=[AliasedOutput(earlier, "count", AliasKind.KV_CACHE_UPDATE)],
+            )
 
     def test_wrong_plugin_is_reported_before_the_layer_is_added(self):
         i = self.inputs

@@ -144,8 +144,17 @@ def _record_in_place_state(
     first_alias = len(layout.outputs(return_lengths)) - len(layout.mutated)
     for k, arg in enumerate(layout.mutated):
         state = fx_values[arg]
-        binding = input_binding_name(ctx, inputs[layout.tensor_args.index(arg)])
-        if binding is None or not isinstance(state, torch.fx.Node):
+        network_input = inputs[layout.tensor_args.index(arg)]
+        binding = input_binding_name(ctx, network_input)
+        if not isinstance(state, torch.fx.Node):
+            continue
+        if binding is None:
+            if state.op == "placeholder":
+                logger.warning(
+                    f"Input '{state.name}' of {layout.op} reaches the in-place plugin "
+                    "through another layer, so it is not updated in place; its new "
+                    "value is copied back instead"
+                )
             continue
         readers = other_readers(state, node)
         if readers:
@@ -163,6 +172,42 @@ def _record_in_place_state(
             for user in node.users
         )
         if engine_output:
-            ctx.aliased_outputs.append(
-                AliasedOutput(outputs[first_alias + k], binding, AliasKind.USER)
+            output = outputs[first_alias + k]
+            _check_in_place_binding(ctx, layout, arg, state, network_input, output)
+            ctx.aliased_outputs.append(AliasedOutput(output, binding, AliasKind.USER))
+
+
+def _check_in_place_binding(
+    ctx: ConversionContext,
+    layout: PluginLayout,
+    arg: str,
+    state: torch.fx.Node,
+    network_input: trt.ITensor,
+    output: trt.ITensor,
+) -> None:
+    """Raise if ``output`` cannot be bound to the memory of ``network_input``."""
+    binding = network_input.name
+    if output.dtype != network_input.dtype or tuple(output.shape) != tuple(
+        network_input.shape
+    ):
+        raise ValueError(
+            f"{layout.op}: the plugin output aliasing argument '{arg}' is "
+            f"{output.dtype} {tuple(output.shape)}, but engine input '{binding}' is "
+            f"{network_input.dtype} {tuple(network_input.shape)}; an output updating "
+            "an input in place must have the input's dtype and shape"
+        )
+    fake = state.meta.get("val")
+    if isinstance(fake, torch.Tensor) and not fake.is_contiguous():
+        raise ValueError(
+            f"{layout.op}: argument '{arg}' (engine input '{binding}') is updated in "
+            f"place, but the example tensor is not contiguous (strides {fake.stride()})"
+            "; TensorRT binds contiguous memory, so the update would reach a copy. "
+            "Compile and call with a contiguous tensor (e.g. .contiguous())"
+        )
+    for entry in ctx.aliased_outputs:
+        if entry.input_binding_name == binding:
+            raise ValueError(
+                f"{layout.op}: engine input '{binding}' (argument '{arg}') would be "
+                f"updated in place by two outputs ('{entry.output_tensor.name}' and "
+                "this plugin's); an input can be aliased by one output only"
             )

@@ -1,0 +1,189 @@
+# type: ignore
+"""Engine inputs updated in place by an in-place plugin are not read afterwards.
+
+The partitioned graphs come from ``compile(dryrun=True)``; the in-place op's
+converter uses standard layers and declares ``requires_aliased_plugin_io`` as a
+plugin converter would. Where a test needs a graph no partitioner produces today
+(a read of the old value scheduled after the engine), it moves that node in the
+partitioned graph, as a different partitioning would. Graph snapshots use
+expecttest (``EXPECTTEST_ACCEPT=1`` rewrites them).
+"""
+
+import unittest.mock
+
+import torch
+import torch_tensorrt
+from torch.testing._internal.common_utils import TestCase, run_tests
+from torch_tensorrt.dynamo._SourceIR import SourceIR
+from torch_tensorrt.dynamo.conversion import dynamo_tensorrt_converter, impl
+from torch_tensorrt.dynamo.partitioning._in_place_engine_inputs import (
+    in_place_engine_inputs,
+    isolate_in_place_engine_inputs,
+)
+
+
+@torch.library.custom_op("trt_inplace_part::bump_", mutates_args=("state",))
+def bump_(state: torch.Tensor) -> None:
+    state.add_(1)
+
+
+@bump_.register_fake
+def _(state):
+    return None
+
+
+@dynamo_tensorrt_converter(
+    torch.ops.trt_inplace_part.bump_.default, requires_aliased_plugin_io=True
+)
+def _bump_with_declared_aliasing(ctx, target, args, kwargs, name):
+    return impl.elementwise.add(ctx, target, SourceIR.ATEN, name, args[0], 1.0)
+
+
+class ReadBeforeUpdate(torch.nn.Module):
+    def forward(self, state, y):
+        before = torch.sin(state)
+        torch.ops.trt_inplace_part.bump_(state)
+        return state * 2 + y, before
+
+
+class ReadInEngine(torch.nn.Module):
+    def forward(self, state, y):
+        before = state * 3
+        torch.ops.trt_inplace_part.bump_(state)
+        return state * 2 + y, before
+
+
+def partitioned(module, fast):
+    """The partitioned graph ``compile`` hands to the in-place input pass."""
+    x = torch.randn(2, 4)
+    ep = torch.export.export(module, (x.clone(), x.clone()))
+    captured = []
+    with unittest.mock.patch(
+        "torch_tensorrt.dynamo._compiler.isolate_in_place_engine_inputs",
+        side_effect=captured.append,
+    ):
+        torch_tensorrt.dynamo.compile(
+            ep,
+            arg_inputs=[x, x],
+            min_block_size=1,
+            dryrun=True,
+            use_fast_partitioner=fast,
+            torch_executed_ops={torch.ops.aten.sin.default},
+        )
+    (gm,) = captured
+    return gm
+
+
+def node(gm, name):
+    return next(n for n in gm.graph.nodes if n.name == name)
+
+
+def move_after(gm, name, anchor):
+    """Schedule node ``name`` right after ``anchor`` (as another partitioning may)."""
+    moved = node(gm, name)
+    node(gm, anchor).append(moved)
+    gm.graph.lint()
+    gm.recompile()
+
+
+class TestInPlaceEngineInputs(TestCase):
+    def test_engine_inputs_written_in_place(self):
+        gm = partitioned(ReadBeforeUpdate(), fast=False)
+        self.assertEqual(in_place_engine_inputs(gm._run_on_acc_0), [0])
+        # another reader inside the engine: TensorRT copies, nothing is in place
+        gm = partitioned(ReadInEngine(), fast=False)
+        self.assertEqual(in_place_engine_inputs(gm._run_on_acc_0), [])
+
+    def test_reads_before_the_engine_keep_the_update_in_place(self):
+        for fast in (False, True):
+            gm = partitioned(ReadBeforeUpdate(), fast)
+            before = gm.code
+            with self.assertNoLogs("torch_tensorrt.dynamo.partitioning", "WARNING"):
+                isolate_in_place_engine_inputs(gm)
+            self.assertEqual(gm.code, before)
+
+    def test_read_after_the_engine_gets_the_engine_a_copy(self):
+        gm = partitioned(ReadBeforeUpdate(), fast=False)
+        move_after(gm, "sin", "_run_on_acc_0")
+        with self.assertLogs("torch_tensorrt.dynamo.partitioning", "WARNING") as logs:
+            isolate_in_place_engine_inputs(gm)
+        self.assertExpectedInline(
+            str(gm.graph).strip(),
+            """\
+graph():
+    %state : [num_users=3] = placeholder[target=state]
+    %y : [num_users=1] = placeholder[target=y]
+    %clone_default : [num_users=1] = call_function[target=torch.ops.aten.clone.default](args = (%state,), kwargs = {})
+    %_run_on_acc_0 : [num_users=2] = call_module[target=_run_on_acc_0](args = (%clone_default, %y), kwargs = {})
+    %sin : [num_users=1] = call_function[target=torch.ops.aten.sin.default](args = (%state,), kwargs = {})
+    %getitem_2 : [num_users=1] = call_function[target=operator.getitem](args = (%_run_on_acc_0, 0), kwargs = {})
+    %getitem_3 : [num_users=1] = call_function[target=operator.getitem](args = (%_run_on_acc_0, 1), kwargs = {})
+    %copy__default : [num_users=0] = call_function[target=torch.ops.aten.copy_.default](args = (%state, %getitem_2), kwargs = {})
+    return (getitem_3, sin)""",
+        )
+        (message,) = logs.output
+        self.assertIn("Input 'state' of TensorRT engine '_run_on_acc_0'", message)
+        self.assertIn("read afterwards by sin", message)
+        # the copy changes nothing the graph computes
+        state, y = torch.randn(2, 4), torch.randn(2, 4)
+        eager_state = state.clone()
+        expected = ReadBeforeUpdate()(eager_state, y)
+        actual = gm(state, y)
+        torch.testing.assert_close(actual, expected)
+        torch.testing.assert_close(state, eager_state)
+
+    def test_read_inside_a_pytorch_submodule_after_the_engine(self):
+        gm = partitioned(ReadBeforeUpdate(), fast=True)
+        move_after(gm, "_run_on_gpu_0", "_run_on_acc_1")
+        with self.assertLogs("torch_tensorrt.dynamo.partitioning", "WARNING") as logs:
+            isolate_in_place_engine_inputs(gm)
+        self.assertIn("read afterwards by _run_on_gpu_0.sin", logs.output[0])
+        self.assertEqual(
+            node(gm, "_run_on_acc_1").args[0].target, torch.ops.aten.clone.default
+        )
+
+    def test_view_taken_before_and_read_after_the_engine(self):
+        gm = partitioned(ReadBeforeUpdate(), fast=False)
+        graph, engine = gm.graph, node(gm, "_run_on_acc_0")
+        with graph.inserting_before(engine):
+            view = graph.call_function(
+                torch.ops.aten.select.int, (node(gm, "state"), 0, 0)
+            )
+        with graph.inserting_after(engine):
+            read = graph.call_function(torch.ops.aten.neg.default, (view,))
+        output = node(gm, "output")
+        output.args = ((*output.args[0], read),)
+        gm.recompile()
+        with self.assertLogs("torch_tensorrt.dynamo.partitioning", "WARNING") as logs:
+            isolate_in_place_engine_inputs(gm)
+        self.assertIn(f"read afterwards by {read.name}", logs.output[0])
+
+    def test_reads_after_the_write_back_see_the_new_value(self):
+        gm = partitioned(ReadBeforeUpdate(), fast=False)
+        graph = gm.graph
+        with graph.inserting_after(node(gm, "copy__default")):
+            read = graph.call_function(torch.ops.aten.neg.default, (node(gm, "state"),))
+        output = node(gm, "output")
+        output.args = ((*output.args[0], read),)
+        gm.recompile()
+        before = gm.code
+        with self.assertNoLogs("torch_tensorrt.dynamo.partitioning", "WARNING"):
+            isolate_in_place_engine_inputs(gm)
+        self.assertEqual(gm.code, before)
+
+    def test_another_engine_input_sharing_the_memory(self):
+        gm = partitioned(ReadBeforeUpdate(), fast=False)
+        engine = node(gm, "_run_on_acc_0")
+        with gm.graph.inserting_before(engine):
+            view = gm.graph.call_function(
+                torch.ops.aten.view.default, (node(gm, "state"), [2, 4])
+            )
+        engine.update_arg(1, view)
+        gm.recompile()
+        with self.assertLogs("torch_tensorrt.dynamo.partitioning", "WARNING") as logs:
+            isolate_in_place_engine_inputs(gm)
+        self.assertIn("_run_on_acc_0 (another input)", logs.output[0])
+
+
+if __name__ == "__main__":
+    run_tests()
