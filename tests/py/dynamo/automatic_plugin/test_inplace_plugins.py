@@ -218,7 +218,7 @@ def _engines(trt_module):
 
 @unittest.skipIf(not RUNNABLE, REASON)
 class TestInplacePlugins(TestCase):
-    def _compile(self, module, args, dynamic_shapes=None, inputs=None):
+    def _compile(self, module, args, dynamic_shapes=None, inputs=None, **kwargs):
         ep = torch.export.export(
             module, tuple(a.clone() for a in args), dynamic_shapes=dynamic_shapes
         )
@@ -227,6 +227,7 @@ class TestInplacePlugins(TestCase):
             arg_inputs=inputs or [a.clone() for a in args],
             min_block_size=1,
             require_full_compilation=True,
+            **kwargs,
         )
         self.assertEqual(len(_engines(trt_module)), 1)
         return trt_module
@@ -254,6 +255,46 @@ class TestInplacePlugins(TestCase):
 
     def test_jit_plugin_in_place(self):
         self._check_in_place("add_one_jit_")
+
+    def test_cuda_graphs_with_state_updated_in_place(self):
+        class Model(torch.nn.Module):
+            def forward(self, x):
+                torch.ops.inplace_test.add_one_jit_(x)
+                return x * 2
+
+        runtimes = [("python", True)] + (
+            [("cpp", False)] if ENABLED_FEATURES.torch_tensorrt_runtime else []
+        )
+        for runtime, use_python_runtime in runtimes:
+            with self.subTest(runtime=runtime):
+                x = torch.randn(64, 33, device="cuda")
+                trt_module = self._compile(
+                    Model(), (x,), use_python_runtime=use_python_runtime
+                )
+                # whole-graph mode: the caller's tensor is updated after each replay
+                compiled_x, eager_x = x.clone(), x.clone()
+                with torch_tensorrt.runtime.enable_cudagraphs(trt_module) as graphed:
+                    for _ in range(3):
+                        self.assertEqual(graphed(compiled_x), Model()(eager_x))
+                        self.assertEqual(compiled_x, eager_x)
+                # per-engine mode: the graph writes the tensor it was captured with
+                torch_tensorrt.runtime.set_cudagraphs_mode(True)
+                try:
+                    for _ in range(2):
+                        self.assertEqual(trt_module(compiled_x), Model()(eager_x))
+                        self.assertEqual(compiled_x, eager_x)
+                    moved, moved_eager = x.clone(), x.clone()
+                    if use_python_runtime:  # captured again for the new tensor
+                        self.assertEqual(trt_module(moved), Model()(moved_eager))
+                        self.assertEqual(moved, moved_eager)
+                    else:
+                        with self.assertRaisesRegex(
+                            RuntimeError, "captured with their addresses"
+                        ):
+                            trt_module(moved)
+                        self.assertEqual(moved, x)  # nothing was written
+                finally:
+                    torch_tensorrt.runtime.set_cudagraphs_mode(False)
 
     def test_module_state_updated_in_place(self):
         class Stateful(torch.nn.Module):
