@@ -31,6 +31,7 @@ no side effect, so a node the partitioner leaves in PyTorch is still correct.
 from __future__ import annotations
 
 import logging
+import operator
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
@@ -119,6 +120,30 @@ def in_place_writer(state: torch.fx.Node) -> Optional[torch.fx.Node]:
         ):
             return user
     return None
+
+
+def in_place_source(value: Any) -> Optional[torch.fx.Node]:
+    """The tensor whose memory TensorRT computes ``value`` in, if in place.
+
+    ``value`` is the new value of an argument that an in-place plugin updates
+    (see :func:`in_place_writer`); chains of such plugins, each the only reader
+    of the previous one's new value, are followed back to the tensor the first
+    one updates. ``None`` when ``value`` is not computed in place.
+    """
+    source = None
+    while isinstance(value, torch.fx.Node) and value.target is operator.getitem:
+        call, index = value.args
+        target = call.target
+        if not isinstance(target, FunctionalizedOp) or index < target.num_returns:
+            break
+        argument = mutated_values(call)[target.mutated[index - target.num_returns]]
+        if (
+            not isinstance(argument, torch.fx.Node)
+            or in_place_writer(argument) is not call
+        ):
+            break
+        source = value = argument
+    return source
 
 
 def _target_name(op: torch._ops.OpOverload) -> str:

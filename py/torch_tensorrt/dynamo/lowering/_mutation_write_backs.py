@@ -28,6 +28,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import torch
 from torch_tensorrt.dynamo.conversion._functionalized_op import (
     FunctionalizedOp,
+    in_place_source,
     is_write_back,
     mutated_values,
     other_readers,
@@ -59,6 +60,8 @@ class WriteBack:
 
 def _in_place_update(placeholder: torch.fx.Node, value: Any) -> Tuple[bool, str]:
     """Whether the engine updates ``placeholder`` in place; if not, why (or "")."""
+    if in_place_source(value) is placeholder:
+        return True, ""
     if not (isinstance(value, torch.fx.Node) and value.target is operator.getitem):
         return False, ""
     call, index = value.args
@@ -71,12 +74,10 @@ def _in_place_update(placeholder: torch.fx.Node, value: Any) -> Tuple[bool, str]
     if not updates_in_place(call):
         return False, ""
     readers = other_readers(placeholder, call)
-    if readers:
-        return False, (
-            f"it has other readers ({', '.join(readers)}), so TensorRT would copy it "
-            f"before the in-place plugin {target.op}"
-        )
-    return True, ""
+    return False, (
+        f"it has other readers ({', '.join(readers)}), so TensorRT would copy it "
+        f"before the in-place plugin {target.op}"
+    )
 
 
 def expose_write_backs(

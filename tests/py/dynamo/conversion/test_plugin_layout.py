@@ -380,7 +380,26 @@ class TestPluginGlue(TestCase):
         graph.output(tuple(returned))
         return call
 
-    def _recorded(self, node, output_types=None, recorded=()):
+    def _chained_node(self):
+        """A second in-place call on the new values of the first, as the converter sees it."""
+        from torch_tensorrt.dynamo.conversion._functionalized_op import (
+            FunctionalizedOp,
+        )
+
+        op = FunctionalizedOp(torch.ops.trt_layout.update_and_read.default)
+        graph = torch.fx.Graph()
+        state, x, count = (graph.placeholder(n) for n in ("state", "x", "count"))
+        first = graph.call_function(op, (state, x, count))
+        new_state, new_count = (
+            graph.call_function(operator.getitem, (first, i)) for i in (1, 2)
+        )
+        second = graph.call_function(op, (new_state, x, new_count))
+        graph.output(
+            tuple(graph.call_function(operator.getitem, (second, i)) for i in range(3))
+        )
+        return second
+
+    def _recorded(self, node, output_types=None, recorded=(), args=None):
         i = self.inputs
         recording = RecordingNetwork(self.net, 3, output_types)
         ctx = ConversionContext(recording, CompilationSettings())
@@ -392,7 +411,7 @@ class TestPluginGlue(TestCase):
         add_plugin_for_op(
             ctx,
             "t",
-            (i["state"], i["x"], i["count"]),
+            args or (i["state"], i["x"], i["count"]),
             {},
             "node",
             PluginLayout.from_op(torch.ops.trt_layout.update_and_read.default),
@@ -428,6 +447,31 @@ class TestPluginGlue(TestCase):
         )
         # new values nobody reads are not engine outputs: nothing to bind
         self.assertEqual(self._recorded(self._node(keep_new_state=False)), [])
+
+    def test_chained_in_place_plugins_update_the_first_ones_input(self):
+        from torch_tensorrt.dynamo.conversion._ConverterRegistry import (
+            DYNAMO_CONVERTERS,
+        )
+
+        i = self.inputs
+        # the first plugin's new values, as the second plugin's converter gets them
+        first_state = self.net.add_identity(i["state"]).get_output(0)
+        first_count = self.net.add_identity(i["count"]).get_output(0)
+        args = (first_state, i["x"], first_count)
+        declared = (None, None, {"requires_aliased_plugin_io": True})
+        with unittest.mock.patch.object(
+            DYNAMO_CONVERTERS, "get", return_value=declared
+        ):
+            recorded = self._recorded(self._chained_node(), args=args)
+        self.assertEqual(
+            recorded,
+            [
+                ("plugin output 1", "state", "user"),
+                ("plugin output 2", "count", "user"),
+            ],
+        )
+        # without the first plugin updating in place there is no chain to follow
+        self.assertEqual(self._recorded(self._chained_node(), args=args), [])
 
     def test_outputs_that_cannot_alias_their_input_are_rejected(self):
         f32, f16 = trt.float32, trt.float16
@@ -579,6 +623,17 @@ class TestInPlaceUpdatesInTheAliasMap(TestCase):
         self.assertEqual(
             self._aliases(Model(), (torch.randn(2, 4),), lift_mutable_buffers=True),
             [("buf_state", "buf_state_new", "in_place")],
+        )
+
+    def test_chained_in_place_updates_are_in_place(self):
+        class Model(torch.nn.Module):
+            def forward(self, x):
+                torch.ops.trt_layout.add_one_(x)
+                torch.ops.trt_layout.add_one_(x)
+                return x * 2
+
+        self.assertEqual(
+            self._aliases(Model(), (torch.randn(2, 4),)), [("x", "x_new", "in_place")]
         )
 
     def test_other_readers_fall_back_to_copy_with_a_warning(self):

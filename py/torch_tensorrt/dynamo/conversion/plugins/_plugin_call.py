@@ -22,7 +22,10 @@ from torch_tensorrt.dynamo.conversion._ConversionContext import (
     AliasKind,
     ConversionContext,
 )
-from torch_tensorrt.dynamo.conversion._functionalized_op import other_readers
+from torch_tensorrt.dynamo.conversion._functionalized_op import (
+    in_place_source,
+    other_readers,
+)
 from torch_tensorrt.dynamo.conversion.converter_utils import get_trt_tensor
 from torch_tensorrt.dynamo.conversion.impl.slice_scatter import input_binding_name
 from torch_tensorrt.dynamo.conversion.plugins._plugin_layout import PluginLayout
@@ -144,18 +147,25 @@ def _record_in_place_state(
     first_alias = len(layout.outputs(return_lengths)) - len(layout.mutated)
     for k, arg in enumerate(layout.mutated):
         state = fx_values[arg]
-        network_input = inputs[layout.tensor_args.index(arg)]
-        binding = input_binding_name(ctx, network_input)
         if not isinstance(state, torch.fx.Node):
             continue
+        network_input = inputs[layout.tensor_args.index(arg)]
+        binding = input_binding_name(ctx, network_input)
+        source = state
         if binding is None:
-            if state.op == "placeholder":
-                logger.warning(
-                    f"Input '{state.name}' of {layout.op} reaches the in-place plugin "
-                    "through another layer, so it is not updated in place; its new "
-                    "value is copied back instead"
-                )
-            continue
+            # after other in-place plugins, this one writes the engine input the
+            # first of them updates
+            source = in_place_source(state)
+            if source is None or source.op != "placeholder":
+                if state.op == "placeholder":
+                    logger.warning(
+                        f"Input '{state.name}' of {layout.op} reaches the in-place "
+                        "plugin through another layer, so it is not updated in "
+                        "place; its new value is copied back instead"
+                    )
+                continue
+            network_input = _network_input(ctx, source)
+            binding = str(network_input.name)
         readers = other_readers(state, node)
         if readers:
             logger.warning(
@@ -173,8 +183,14 @@ def _record_in_place_state(
         )
         if engine_output:
             output = outputs[first_alias + k]
-            _check_in_place_binding(ctx, layout, arg, state, network_input, output)
+            _check_in_place_binding(ctx, layout, arg, source, network_input, output)
             ctx.aliased_outputs.append(AliasedOutput(output, binding, AliasKind.USER))
+
+
+def _network_input(ctx: ConversionContext, placeholder: torch.fx.Node) -> trt.ITensor:
+    """The network input of ``placeholder`` (the interpreter adds one per placeholder)."""
+    placeholders = [n for n in placeholder.graph.nodes if n.op == "placeholder"]
+    return ctx.net.get_input(placeholders.index(placeholder))
 
 
 def _check_in_place_binding(
