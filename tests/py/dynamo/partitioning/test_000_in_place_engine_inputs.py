@@ -59,7 +59,7 @@ def partitioned(module, fast):
     ep = torch.export.export(module, (x.clone(), x.clone()))
     captured = []
     with unittest.mock.patch(
-        "torch_tensorrt.dynamo._compiler.isolate_in_place_engine_inputs",
+        "torch_tensorrt.dynamo.partitioning.isolate_in_place_engine_inputs",
         side_effect=captured.append,
     ):
         torch_tensorrt.dynamo.compile(
