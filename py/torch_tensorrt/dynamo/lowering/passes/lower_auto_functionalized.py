@@ -367,5 +367,6 @@ def lower_auto_functionalized(
 
     if count:
         gm = clean_up_graph_after_modifications(gm)
-        logger.debug(f"Lowered {count} auto_functionalized node(s):\n{gm.graph}")
+        if logger.isEnabledFor(logging.DEBUG):  # printing a large graph is slow
+            logger.debug(f"Lowered {count} auto_functionalized node(s):\n{gm.graph}")
     return gm
