@@ -256,6 +256,40 @@ class TestInplacePlugins(TestCase):
     def test_jit_plugin_in_place(self):
         self._check_in_place("add_one_jit_")
 
+    def test_engine_cache_keeps_the_in_place_binding(self):
+        import tempfile
+
+        class Model(torch.nn.Module):
+            def forward(self, x):
+                torch.ops.inplace_test.add_one_jit_(x)
+                return x * 2
+
+        x = torch.randn(64, 33, device="cuda")
+        with tempfile.TemporaryDirectory() as tmp:
+            cache = torch_tensorrt.dynamo._engine_cache.DiskEngineCache(tmp, 1 << 30)
+            built, reused = (
+                self._compile(
+                    Model(),
+                    (x,),
+                    cache_built_engines=True,
+                    reuse_cached_engines=True,
+                    custom_engine_cache=cache,
+                    immutable_weights=False,  # the engine cache needs refittable engines
+                )
+                for _ in range(2)
+            )
+        for trt_module in (built, reused):
+            (engine,) = _engines(trt_module)
+            self.assertIn(
+                ("x", "user"), getattr(trt_module, engine).aliased_io.values()
+            )
+            compiled_x, eager_x = x.clone(), x.clone()
+            pointer = compiled_x.data_ptr()
+            for _ in range(2):
+                self.assertEqual(trt_module(compiled_x), Model()(eager_x))
+                self.assertEqual(compiled_x, eager_x)
+                self.assertEqual(compiled_x.data_ptr(), pointer)
+
     def test_cuda_graphs_with_state_updated_in_place(self):
         class Model(torch.nn.Module):
             def forward(self, x):

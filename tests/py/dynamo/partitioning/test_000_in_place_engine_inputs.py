@@ -53,6 +53,14 @@ class ReadInEngine(torch.nn.Module):
         return state * 2 + y, before
 
 
+class StateAcrossEngines(torch.nn.Module):
+    def forward(self, state, y):
+        torch.ops.trt_inplace_part.bump_(state)
+        between = torch.sin(state)
+        torch.ops.trt_inplace_part.bump_(state)
+        return state * between + y
+
+
 def partitioned(module, fast):
     """The partitioned graph ``compile`` hands to the in-place input pass."""
     x = torch.randn(2, 4)
@@ -97,6 +105,23 @@ class TestInPlaceEngineInputs(TestCase):
     def test_reads_before_the_engine_keep_the_update_in_place(self):
         for fast in (False, True):
             gm = partitioned(ReadBeforeUpdate(), fast)
+            before = gm.code
+            with self.assertNoLogs("torch_tensorrt.dynamo.partitioning", "WARNING"):
+                isolate_in_place_engine_inputs(gm)
+            self.assertEqual(gm.code, before)
+
+    def test_state_crossing_engines_stays_in_place(self):
+        for fast in (False, True):
+            gm = partitioned(StateAcrossEngines(), fast)
+            # global: one engine per update, the second takes the first one's new
+            # state; fast: both updates in one engine, which also outputs the
+            # state between them for the PyTorch `sin` (a second engine does the rest)
+            in_place = sorted(
+                in_place_engine_inputs(module)
+                for name, module in gm.named_children()
+                if "_run_on_acc" in name
+            )
+            self.assertEqual(in_place, [[], [0]] if fast else [[0], [0]])
             before = gm.code
             with self.assertNoLogs("torch_tensorrt.dynamo.partitioning", "WARNING"):
                 isolate_in_place_engine_inputs(gm)
