@@ -122,6 +122,15 @@ def in_place_writer(state: torch.fx.Node) -> Optional[torch.fx.Node]:
     return None
 
 
+def updated_again(value: torch.fx.Node) -> bool:
+    """Whether a mutating op (a :class:`FunctionalizedOp` call) takes ``value``."""
+    return any(
+        isinstance(user.target, FunctionalizedOp)
+        and any(v is value for v in mutated_values(user).values())
+        for user in value.users
+    )
+
+
 def in_place_source(value: Any) -> Optional[torch.fx.Node]:
     """The tensor whose memory TensorRT computes ``value`` in, if in place.
 

@@ -28,8 +28,10 @@ from typing import Any, List, Optional, Set, Tuple
 
 import torch
 from torch_tensorrt.dynamo.conversion._functionalized_op import (
+    in_place_source,
     in_place_writer,
     is_write_back,
+    updated_again,
 )
 
 logger = logging.getLogger(__name__)
@@ -104,51 +106,100 @@ def _aliases(gm: torch.fx.GraphModule, node: torch.fx.Node) -> Set[torch.fx.Node
     return aliases
 
 
-def _writes_back(node: torch.fx.Node, aliases: Set[torch.fx.Node]) -> bool:
-    return is_write_back(node) and node.args[0] in aliases
+def _aliased_outputs(
+    gm: torch.fx.GraphModule, call: torch.fx.Node, position: int
+) -> Set[torch.fx.Node]:
+    """Outputs of engine ``call`` that the runtime binds to its input ``position``.
+
+    Those are the final values of that input's in-place updates in the engine
+    (recorded as ``user`` aliases by the plugin converters): after the engine,
+    they *are* the input's memory.
+    """
+    submodule = getattr(gm, str(call.target))
+    placeholder = [n for n in submodule.graph.nodes if n.op == "placeholder"][position]
+    output = next(n for n in submodule.graph.nodes if n.op == "output")
+    results = output.args[0]
+    single = not isinstance(results, (tuple, list))
+    values = [results] if single else list(results)
+    indices = {
+        i
+        for i, v in enumerate(values)
+        if in_place_source(v) is placeholder and not updated_again(v)
+    }
+    if single:
+        return {call} if indices else set()
+    return {
+        u for u in call.users if u.target is operator.getitem and u.args[1] in indices
+    }
 
 
-def _old_value_readers(
-    gm: torch.fx.GraphModule,
-    aliases: Set[torch.fx.Node],
-    after: Optional[torch.fx.Node],
+class _Memory:
+    """What the memory of an engine input holds while the graph after the engine runs.
+
+    Right after the engine it holds the engine's new value (``new``: the outputs
+    bound to it) and no longer the old value the rest of the graph may expect
+    (``old``: the input and its views). A write-back of the new value makes that
+    expected; a write-back of anything else replaces the new value too.
+    """
+
+    def __init__(self, old: Set[torch.fx.Node], new: Set[torch.fx.Node]) -> None:
+        self.old, self.new = old, new
+        self.old_expected = True  # readers of `old` still expect the old value
+        self.new_held = True  # the memory still holds `new`
+
+    def write(self, node: torch.fx.Node) -> bool:
+        """Account for ``node`` if it writes the memory; whether it does."""
+        if not (is_write_back(node) and node.args[0] in self.old | self.new):
+            return False
+        self.old_expected = False
+        self.new_held = self.new_held and node.args[1] in self.new
+        return True
+
+    def stale(self, node: torch.fx.Node) -> List[torch.fx.Node]:
+        """The inputs of ``node`` it would read with the wrong value."""
+        return [
+            arg
+            for arg in node.all_input_nodes
+            if (arg in self.old and self.old_expected)
+            or (arg in self.new and not self.new_held)
+        ]
+
+
+def _stale_readers(
+    gm: torch.fx.GraphModule, memory: _Memory, after: Optional[torch.fx.Node]
 ) -> List[str]:
-    """Nodes after ``after`` that read ``aliases`` before its new value is written."""
+    """Nodes after ``after`` in ``gm`` that would read ``memory`` with the wrong value."""
     readers: List[str] = []
     nodes = list(gm.graph.nodes)
     start = nodes.index(after) + 1 if after is not None else 0
     for node in nodes[start:]:
-        if _writes_back(node, aliases):
-            return readers  # from here on the memory holds the new value
-        if node in aliases:
-            continue  # a view: its readers are what counts
-        read = [arg for arg in node.all_input_nodes if arg in aliases]
-        if not read or (node.op == "output" and after is None):
+        if memory.write(node) or node in memory.old | memory.new:
+            continue  # a write-back, or a view whose readers are what counts
+        if node.op == "output" and after is None:
             continue  # a submodule's outputs are followed in the parent graph
         if node.op == "call_module" and not _is_trt_call(node):
-            inner, written = _submodule_readers(gm, node, read)
-            readers.extend(f"{node.name}.{name}" for name in inner)
-            if written:
-                return readers
-        else:
+            readers.extend(_submodule_readers(gm, node, memory))
+        elif memory.stale(node):
             readers.append(node.name)
     return readers
 
 
 def _submodule_readers(
-    gm: torch.fx.GraphModule, call: torch.fx.Node, read: List[torch.fx.Node]
-) -> Tuple[List[str], bool]:
-    """Old-value readers inside the PyTorch submodule ``call`` runs, and whether it
-    writes the new value back."""
+    gm: torch.fx.GraphModule, call: torch.fx.Node, memory: _Memory
+) -> List[str]:
+    """Stale readers inside the PyTorch submodule ``call`` runs; updates ``memory``."""
     submodule = getattr(gm, str(call.target))
     placeholders = [n for n in submodule.graph.nodes if n.op == "placeholder"]
-    inner: Set[torch.fx.Node] = set()
-    for position, value in enumerate(call.args):
-        if value in read:
-            inner |= _aliases(submodule, placeholders[position])
-    readers = _old_value_readers(submodule, inner, None)
-    written = any(_writes_back(n, inner) for n in submodule.graph.nodes)
-    return readers, written
+    inner = _Memory(set(), set())
+    for position, value in enumerate(call.args[: len(placeholders)]):
+        if value in memory.old:
+            inner.old |= _aliases(submodule, placeholders[position])
+        if value in memory.new:
+            inner.new |= _aliases(submodule, placeholders[position])
+    inner.old_expected, inner.new_held = memory.old_expected, memory.new_held
+    readers = _stale_readers(submodule, inner, None)
+    memory.old_expected, memory.new_held = inner.old_expected, inner.new_held
+    return [f"{call.name}.{name}" for name in readers]
 
 
 def isolate_in_place_engine_inputs(partitioned_module: torch.fx.GraphModule) -> None:
@@ -168,7 +219,11 @@ def isolate_in_place_engine_inputs(partitioned_module: torch.fx.GraphModule) -> 
                 for i, other in enumerate(call.args)
                 if i != position and other in aliases
             ]
-            readers += _old_value_readers(partitioned_module, aliases, call)
+            new: Set[torch.fx.Node] = set()
+            for output in _aliased_outputs(partitioned_module, call, position):
+                new |= _aliases(partitioned_module, output)
+            memory = _Memory(aliases, new)
+            readers += _stale_readers(partitioned_module, memory, call)
             if not readers:
                 continue
             with partitioned_module.graph.inserting_before(call):

@@ -473,6 +473,23 @@ class TestPluginGlue(TestCase):
         # without the first plugin updating in place there is no chain to follow
         self.assertEqual(self._recorded(self._chained_node(), args=args), [])
 
+    def test_a_state_updated_again_in_the_engine_is_not_bound(self):
+        from torch_tensorrt.dynamo.conversion._ConverterRegistry import (
+            DYNAMO_CONVERTERS,
+        )
+
+        # the first call's new values are engine outputs *and* updated again:
+        # bound to the inputs, the final values' write-back would overwrite them
+        second = self._chained_node()
+        first = second.args[0].args[0]
+        output = next(n for n in second.graph.nodes if n.op == "output")
+        output.args = ((*output.args[0], second.args[0], second.args[2]),)
+        declared = (None, None, {"requires_aliased_plugin_io": True})
+        with unittest.mock.patch.object(
+            DYNAMO_CONVERTERS, "get", return_value=declared
+        ):
+            self.assertEqual(self._recorded(first), [])
+
     def test_outputs_that_cannot_alias_their_input_are_rejected(self):
         f32, f16 = trt.float32, trt.float16
         with self.assertRaisesRegex(

@@ -196,6 +196,58 @@ graph():
             isolate_in_place_engine_inputs(gm)
         self.assertEqual(gm.code, before)
 
+    def test_new_state_read_after_the_memory_is_overwritten(self):
+        # after the engine, its new state *is* the input's memory: a write-back
+        # of something else before a read of the new state would change it
+        gm = partitioned(ReadBeforeUpdate(), fast=False)
+        graph, engine = gm.graph, node(gm, "_run_on_acc_0")
+        new_state = node(gm, "getitem_2")
+        with graph.inserting_after(new_state):
+            overwrite = graph.call_function(
+                torch.ops.aten.copy_.default, (node(gm, "state"), node(gm, "y"))
+            )
+        with graph.inserting_after(overwrite):
+            read = graph.call_function(torch.ops.aten.neg.default, (new_state,))
+        output = node(gm, "output")
+        output.args = ((*output.args[0], read),)
+        gm.recompile()
+        with self.assertLogs("torch_tensorrt.dynamo.partitioning", "WARNING") as logs:
+            isolate_in_place_engine_inputs(gm)
+        self.assertIn(f"read afterwards by {read.name}", logs.output[0])
+        self.assertEqual(engine.args[0].target, torch.ops.aten.clone.default)
+
+    def test_intermediate_states_in_one_engine_are_not_bound(self):
+        # fast partitioner: both updates in one engine, which also outputs the
+        # state between them; a write-back runs before a later engine reads it
+        class ReadBetweenUpdates(torch.nn.Module):
+            def forward(self, state, y):
+                torch.ops.trt_inplace_part.bump_(state)
+                a = torch.sin(state)
+                m = state * a
+                torch.ops.trt_inplace_part.bump_(state)
+                return m + state + y
+
+        gm = partitioned(ReadBetweenUpdates(), fast=True)
+        self.assertExpectedInline(
+            str(gm.graph).strip(),
+            """\
+graph():
+    %state : [num_users=2] = placeholder[target=state]
+    %y : [num_users=1] = placeholder[target=y]
+    %_run_on_acc_0 : [num_users=2] = call_module[target=_run_on_acc_0](args = (%state,), kwargs = {})
+    %getitem : [num_users=2] = call_function[target=operator.getitem](args = (%_run_on_acc_0, 0), kwargs = {})
+    %getitem_1 : [num_users=2] = call_function[target=operator.getitem](args = (%_run_on_acc_0, 1), kwargs = {})
+    %_run_on_gpu_1 : [num_users=1] = call_module[target=_run_on_gpu_1](args = (%getitem, %state, %getitem_1), kwargs = {})
+    %_run_on_acc_2 : [num_users=1] = call_module[target=_run_on_acc_2](args = (%getitem, %_run_on_gpu_1, %getitem_1, %y), kwargs = {})
+    return (_run_on_acc_2,)""",
+        )
+        # the state between the updates (getitem) is not bound to `state`: the
+        # write-back in _run_on_gpu_1 would change it before _run_on_acc_2 reads it
+        before = gm.code
+        with self.assertNoLogs("torch_tensorrt.dynamo.partitioning", "WARNING"):
+            isolate_in_place_engine_inputs(gm)
+        self.assertEqual(gm.code, before)
+
     def test_another_engine_input_sharing_the_memory(self):
         gm = partitioned(ReadBeforeUpdate(), fast=False)
         engine = node(gm, "_run_on_acc_0")

@@ -25,6 +25,7 @@ from torch_tensorrt.dynamo.conversion._ConversionContext import (
 from torch_tensorrt.dynamo.conversion._functionalized_op import (
     in_place_source,
     other_readers,
+    updated_again,
 )
 from torch_tensorrt.dynamo.conversion.converter_utils import get_trt_tensor
 from torch_tensorrt.dynamo.conversion.impl.slice_scatter import input_binding_name
@@ -140,8 +141,8 @@ def _record_in_place_state(
     kind ``user``; TensorRT does not report plugin aliases itself), so the state
     is updated where it lives. Recorded only when it is safe and useful: the
     aliased input is a network input, the plugin is its only reader (otherwise
-    TensorRT copies it first), and the new value is an output of this engine.
-    Anything else keeps the copy-back path.
+    TensorRT copies it first), and the new value is an output of this engine and
+    the state's final value in it. Anything else keeps the copy-back path.
     """
     fx_values = layout.bind(node.args, dict(node.kwargs))
     first_alias = len(layout.outputs(return_lengths)) - len(layout.mutated)
@@ -175,13 +176,18 @@ def _record_in_place_state(
             )
             continue
         index = len(layout.returns) + k
-        engine_output = any(
-            user.target is operator.getitem
-            and user.args[1] == index
-            and any(u.op == "output" for u in user.users)
+        new_values = [
+            user
             for user in node.users
-        )
-        if engine_output:
+            if user.target is operator.getitem and user.args[1] == index
+        ]
+        # bound only when it is an engine output and the state's final value in
+        # the engine: an intermediate one would be overwritten in the caller's
+        # memory by the final value's write-back
+        if any(
+            any(u.op == "output" for u in value.users) and not updated_again(value)
+            for value in new_values
+        ):
             output = outputs[first_alias + k]
             _check_in_place_binding(ctx, layout, arg, source, network_input, output)
             ctx.aliased_outputs.append(AliasedOutput(output, binding, AliasKind.USER))
