@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import logging
 import operator
-from typing import Any, List, Optional, Set, Tuple
+from typing import Any, List, Optional, Set
 
 import torch
 from torch_tensorrt.dynamo.conversion._functionalized_op import (
