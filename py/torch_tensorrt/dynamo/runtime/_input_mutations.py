@@ -17,7 +17,17 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-from typing import Collection, Iterator, List, Optional, Sequence, Set, Tuple
+from typing import (
+    Any,
+    Collection,
+    Dict,
+    Iterator,
+    List,
+    Optional,
+    Sequence,
+    Set,
+    Tuple,
+)
 
 import torch
 from torch_tensorrt.dynamo.conversion._functionalized_op import is_write_back
@@ -42,6 +52,10 @@ class AliasedInputAddresses:
             i for i, name in enumerate(input_binding_names) if name in aliased_inputs
         ]
         return cls(positions) if positions else None
+
+    def __getstate__(self) -> Dict[str, Any]:
+        # addresses belong to this process and to a graph a reloaded engine lacks
+        return {"positions": self.positions, "_bound": None, "_shapes": None}
 
     def _addresses(self, inputs: Sequence[torch.Tensor]) -> Tuple[int, ...]:
         return tuple(inputs[i].data_ptr() for i in self.positions)

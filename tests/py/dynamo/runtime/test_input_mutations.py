@@ -132,6 +132,19 @@ class TestAliasedInputAddresses(TestCase):
         tracker.check("engine", names, [x, other], cudagraphs=False)
         tracker.check("engine", names, [x, state], cudagraphs=True)
 
+    def test_a_reloaded_tracker_forgets_the_addresses(self):
+        import pickle
+
+        state, other = torch.zeros(4), torch.zeros(4)
+        tracker = AliasedInputAddresses([0])
+        tracker.check("engine", ["state"], [state], cudagraphs=True)
+        reloaded = pickle.loads(pickle.dumps(tracker))
+        self.assertEqual(reloaded.positions, (0,))
+        # a reloaded engine has no graph yet: it captures one with this tensor
+        reloaded.check("engine", ["state"], [other], cudagraphs=True)
+        with self.assertRaisesRegex(RuntimeError, "captured with their addresses"):
+            tracker.check("engine", ["state"], [other], cudagraphs=True)
+
     def test_check_refuses_a_non_contiguous_aliased_input(self):
         tracker = AliasedInputAddresses([0])
         with self.assertRaisesRegex(
