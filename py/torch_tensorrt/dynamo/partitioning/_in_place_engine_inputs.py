@@ -12,12 +12,17 @@ the engine may still read that tensor's *old* value after the engine has run:
   back (``aten.copy_``);
 * another input of the same engine that is a view of the same memory.
 
-Those reads would see the new value. :func:`isolate_in_place_engine_inputs`
-finds them in the partitioned graph, before any engine is built, and gives the
-engine a copy of such an input (``aten.clone``) with a warning that names the
-tensor and its readers: the engine updates the copy, and the usual write-back
-copies the new value into the original. Inputs nobody reads afterwards, the
-common case of a state updated by one plugin, keep being updated in place.
+Those reads would see the new value. Conversely, the runtimes bind the engine
+output holding the state's final value in the engine to that same memory (a
+``user`` alias), so a read of that output after something else is written into
+the memory (a write-back of a later value) would see the wrong value too.
+
+:func:`isolate_in_place_engine_inputs` finds both in the partitioned graph,
+before any engine is built, and gives the engine a copy of such an input
+(``aten.clone``) with a warning that names the tensor and its readers: the
+engine updates the copy, and the usual write-back copies the new value into the
+original. Inputs nobody reads afterwards, the common case of a state updated by
+one plugin, keep being updated in place.
 """
 
 from __future__ import annotations
@@ -145,24 +150,25 @@ class _Memory:
     def __init__(self, old: Set[torch.fx.Node], new: Set[torch.fx.Node]) -> None:
         self.old, self.new = old, new
         self.old_expected = True  # readers of `old` still expect the old value
-        self.new_held = True  # the memory still holds `new`
+        self.overwritten_by: Optional[str] = None  # what replaced `new`, if any
 
     def write(self, node: torch.fx.Node) -> bool:
         """Account for ``node`` if it writes the memory; whether it does."""
         if not (is_write_back(node) and node.args[0] in self.old | self.new):
             return False
         self.old_expected = False
-        self.new_held = self.new_held and node.args[1] in self.new
+        if self.overwritten_by is None and node.args[1] not in self.new:
+            self.overwritten_by = node.name
         return True
 
-    def stale(self, node: torch.fx.Node) -> List[torch.fx.Node]:
-        """The inputs of ``node`` it would read with the wrong value."""
-        return [
-            arg
-            for arg in node.all_input_nodes
-            if (arg in self.old and self.old_expected)
-            or (arg in self.new and not self.new_held)
-        ]
+    def stale(self, node: torch.fx.Node) -> Optional[str]:
+        """Why ``node`` would read the memory with the wrong value, or ``None``."""
+        inputs = node.all_input_nodes
+        if self.old_expected and any(arg in self.old for arg in inputs):
+            return "old value"
+        if self.overwritten_by and any(arg in self.new for arg in inputs):
+            return f"new value, after {self.overwritten_by}"
+        return None
 
 
 def _stale_readers(
@@ -179,8 +185,8 @@ def _stale_readers(
             continue  # a submodule's outputs are followed in the parent graph
         if node.op == "call_module" and not _is_trt_call(node):
             readers.extend(_submodule_readers(gm, node, memory))
-        elif memory.stale(node):
-            readers.append(node.name)
+        elif (why := memory.stale(node)) is not None:
+            readers.append(f"{node.name} ({why})")
     return readers
 
 
@@ -196,9 +202,14 @@ def _submodule_readers(
             inner.old |= _aliases(submodule, placeholders[position])
         if value in memory.new:
             inner.new |= _aliases(submodule, placeholders[position])
-    inner.old_expected, inner.new_held = memory.old_expected, memory.new_held
+    inner.old_expected, inner.overwritten_by = (
+        memory.old_expected,
+        memory.overwritten_by,
+    )
     readers = _stale_readers(submodule, inner, None)
-    memory.old_expected, memory.new_held = inner.old_expected, inner.new_held
+    memory.old_expected = inner.old_expected
+    if inner.overwritten_by and not memory.overwritten_by:
+        memory.overwritten_by = f"{call.name}.{inner.overwritten_by}"
     return [f"{call.name}.{name}" for name in readers]
 
 
@@ -237,9 +248,10 @@ def isolate_in_place_engine_inputs(partitioned_module: torch.fx.GraphModule) -> 
             changed = True
             logger.warning(
                 f"Input '{state.name}' of TensorRT engine '{call.target}' is updated "
-                "in place by an in-place plugin, but its old value is still read "
-                f"afterwards by {', '.join(readers)}. The engine gets a copy of "
-                f"'{state.name}' instead; its new value is written back as usual."
+                "in place by an in-place plugin, but its memory is read afterwards "
+                f"by {', '.join(readers)}, expecting a value it no longer holds. The "
+                f"engine gets a copy of '{state.name}' instead; its new value is "
+                "written back as usual."
             )
     if changed:
         partitioned_module.graph.lint()

@@ -148,7 +148,7 @@ graph():
         )
         (message,) = logs.output
         self.assertIn("Input 'state' of TensorRT engine '_run_on_acc_0'", message)
-        self.assertIn("read afterwards by sin", message)
+        self.assertIn("read afterwards by sin (old value)", message)
         # the copy changes nothing the graph computes
         state, y = torch.randn(2, 4), torch.randn(2, 4)
         eager_state = state.clone()
@@ -162,7 +162,9 @@ graph():
         move_after(gm, "_run_on_gpu_0", "_run_on_acc_1")
         with self.assertLogs("torch_tensorrt.dynamo.partitioning", "WARNING") as logs:
             isolate_in_place_engine_inputs(gm)
-        self.assertIn("read afterwards by _run_on_gpu_0.sin", logs.output[0])
+        self.assertIn(
+            "read afterwards by _run_on_gpu_0.sin (old value)", logs.output[0]
+        )
         self.assertEqual(
             node(gm, "_run_on_acc_1").args[0].target, torch.ops.aten.clone.default
         )
@@ -213,7 +215,10 @@ graph():
         gm.recompile()
         with self.assertLogs("torch_tensorrt.dynamo.partitioning", "WARNING") as logs:
             isolate_in_place_engine_inputs(gm)
-        self.assertIn(f"read afterwards by {read.name}", logs.output[0])
+        self.assertIn(
+            f"read afterwards by {read.name} (new value, after {overwrite.name})",
+            logs.output[0],
+        )
         self.assertEqual(engine.args[0].target, torch.ops.aten.clone.default)
 
     def test_intermediate_states_in_one_engine_are_not_bound(self):
