@@ -111,24 +111,25 @@ def in_place_writer(state: torch.fx.Node) -> Optional[torch.fx.Node]:
     passes the plugin the memory of ``state`` for its aliased output, so when
     ``state`` is a network input the caller's tensor is written.
     """
-    for user in state.users:
-        if (
-            isinstance(user.target, FunctionalizedOp)
-            and any(v is state for v in mutated_values(user).values())
-            and not other_readers(state, user)
-            and updates_in_place(user)
-        ):
+    for user in _mutators(state):
+        if not other_readers(state, user) and updates_in_place(user):
             return user
     return None
 
 
+def _mutators(value: torch.fx.Node) -> List[torch.fx.Node]:
+    """The :class:`FunctionalizedOp` calls that take ``value`` as a mutated argument."""
+    return [
+        user
+        for user in value.users
+        if isinstance(user.target, FunctionalizedOp)
+        and any(v is value for v in mutated_values(user).values())
+    ]
+
+
 def updated_again(value: torch.fx.Node) -> bool:
     """Whether a mutating op (a :class:`FunctionalizedOp` call) takes ``value``."""
-    return any(
-        isinstance(user.target, FunctionalizedOp)
-        and any(v is value for v in mutated_values(user).values())
-        for user in value.users
-    )
+    return bool(_mutators(value))
 
 
 def in_place_source(value: Any) -> Optional[torch.fx.Node]:

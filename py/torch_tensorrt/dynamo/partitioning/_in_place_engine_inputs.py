@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import logging
 import operator
-from typing import Any, List, Optional, Set
+from typing import Any, List, Optional, Set, Tuple
 
 import torch
 from torch_tensorrt.dynamo.conversion._functionalized_op import (
@@ -54,17 +54,21 @@ def _is_trt_call(node: torch.fx.Node) -> bool:
     return node.op == "call_module" and _TRT_SUBMODULE_MARKER in str(node.target)
 
 
+def _outputs(gm: torch.fx.GraphModule) -> Tuple[List[Any], bool]:
+    """The values ``gm`` returns, and whether it returns a single one (not a tuple)."""
+    results = next(n for n in gm.graph.nodes if n.op == "output").args[0]
+    single = not isinstance(results, (tuple, list))
+    return ([results] if single else list(results)), single
+
+
 def _output_views(gm: torch.fx.GraphModule) -> List[Optional[int]]:
     """For each output of ``gm``: the input it is a view of, or ``None``."""
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    output = next(n for n in gm.graph.nodes if n.op == "output")
-    results = output.args[0]
-    values = list(results) if isinstance(results, (tuple, list)) else [results]
     views: List[Optional[int]] = []
-    for value in values:
+    for value in _outputs(gm)[0]:
         while isinstance(value, torch.fx.Node) and value not in placeholders:
             value = _view_source(gm, value)
-        views.append(placeholders.index(value) if value is not None else None)
+        views.append(placeholders.index(value) if value in placeholders else None)
     return views
 
 
@@ -122,10 +126,7 @@ def _aliased_outputs(
     """
     submodule = getattr(gm, str(call.target))
     placeholder = [n for n in submodule.graph.nodes if n.op == "placeholder"][position]
-    output = next(n for n in submodule.graph.nodes if n.op == "output")
-    results = output.args[0]
-    single = not isinstance(results, (tuple, list))
-    values = [results] if single else list(results)
+    values, single = _outputs(submodule)
     indices = {
         i
         for i, v in enumerate(values)
@@ -214,7 +215,12 @@ def _submodule_readers(
 
 
 def isolate_in_place_engine_inputs(partitioned_module: torch.fx.GraphModule) -> None:
-    """Give a TensorRT engine a copy of each in-place input whose old value is read later."""
+    """Give a TensorRT engine a copy of each in-place input read with a wrong value later.
+
+    That is its old value read after the engine, or the engine's new value of it
+    read after something else was written into its memory (see the module
+    docstring); each such input gets an ``aten.clone`` and a warning.
+    """
     changed = False
     for call in list(partitioned_module.graph.nodes):
         if not _is_trt_call(call):

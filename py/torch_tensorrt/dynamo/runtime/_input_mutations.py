@@ -129,11 +129,12 @@ def _written_nodes(gm: torch.fx.GraphModule) -> Set[torch.fx.Node]:
             if not isinstance(submodule, torch.fx.GraphModule):
                 continue
             inner = [n for n in submodule.graph.nodes if n.op == "placeholder"]
-            for target in _written_nodes(submodule):
-                if target in inner and inner.index(target) < len(node.args):
-                    arg = node.args[inner.index(target)]
-                    if isinstance(arg, torch.fx.Node):
-                        written.add(arg)
+            arg_of = dict(zip(inner, node.args))
+            written.update(
+                arg_of[target]
+                for target in _written_nodes(submodule)
+                if isinstance(arg_of.get(target), torch.fx.Node)
+            )
     return {n for n in written if n in placeholders or n.op == "get_attr"}
 
 
