@@ -214,17 +214,33 @@ trt_layout.update_and_read.default: return 0, new state (aliases input 'state'),
 
     def test_plugin_checks_name_op_and_layouts(self):
         layout = PluginLayout.from_op(torch.ops.trt_layout.update_and_read.default)
-        layout.validate_plugin("ns::p", ["state", "x", "count"], ["alpha"], 3, [1])
+        attrs = {"alpha": float}
+        layout.validate_plugin("ns::p", ["state", "x", "count"], attrs, 3, [1])
         with self.assertRaisesRegex(
             ValueError,
             r"ns::p declares 1 output\(s\), but trt_layout.update_and_read.default "
             r"needs 3: return 0, new state \(aliases input 'state'\), new count",
         ):
-            layout.validate_plugin("ns::p", ["state", "x", "count"], ["alpha"], 1, [1])
+            layout.validate_plugin("ns::p", ["state", "x", "count"], attrs, 1, [1])
         with self.assertRaisesRegex(ValueError, r"takes input tensors \['state'\]"):
-            layout.validate_plugin("ns::p", ["state"], ["alpha"], 3, [1])
-        with self.assertRaisesRegex(ValueError, r"attributes \['beta'\]"):
-            layout.validate_plugin("ns::p", ["state", "x", "count"], ["beta"], 3, [1])
+            layout.validate_plugin("ns::p", ["state"], attrs, 3, [1])
+        with self.assertRaisesRegex(
+            ValueError,
+            r"ns::p has attributes \['beta'\], but trt_layout.update_and_read.default "
+            r"has non-tensor arguments \['alpha'\]; missing: \['alpha'\]; not "
+            r"arguments of the op: \['beta'\]",
+        ):
+            layout.validate_plugin(
+                "ns::p", ["state", "x", "count"], {"beta": float}, 3, [1]
+            )
+        with self.assertRaisesRegex(
+            ValueError,
+            r"ns::p: attribute 'alpha' is declared int, but argument 'alpha' of "
+            r"trt_layout.update_and_read.default is float",
+        ):
+            layout.validate_plugin(
+                "ns::p", ["state", "x", "count"], {"alpha": int}, 3, [1]
+            )
 
     def test_aliasing_checks(self):
         layout = PluginLayout.from_op(torch.ops.trt_layout.update_and_read.default)
@@ -323,6 +339,7 @@ class TestPluginGlue(TestCase):
             input_tensor_names=["state", "x", "count"],
             input_attrs={"alpha": float},
             num_outputs=num_outputs,
+            aot_impl_func=None,
         )
 
         def plugin(*tensors, **attrs):
@@ -340,7 +357,9 @@ class TestPluginGlue(TestCase):
             plugin_def,
             use_aot=True,
             coerce_attr=lambda name, value: ("coerced", name, value),
-            aliased_inputs=lambda plugin_def, inputs, attrs: aliased,
+            output_descs=lambda plugin_def, inputs, attrs: [
+                (trt.float32, a) for a in aliased
+            ],
         )
         return recording, result
 
@@ -406,7 +425,9 @@ class TestPluginGlue(TestCase):
         ctx.aliased_outputs.extend(recorded)
         ctx.current_node = node
         plugin_def = unittest.mock.Mock(
-            input_tensor_names=["state", "x", "count"], input_attrs={}, num_outputs=3
+            input_tensor_names=["state", "x", "count"],
+            input_attrs={"alpha": float},
+            num_outputs=3,
         )
         add_plugin_for_op(
             ctx,
@@ -420,7 +441,9 @@ class TestPluginGlue(TestCase):
             plugin_def,
             use_aot=False,
             coerce_attr=lambda name, value: value,
-            aliased_inputs=lambda plugin_def, inputs, attrs: [None, 0, 2],
+            output_descs=lambda plugin_def, inputs, attrs: [
+                (trt.float32, a) for a in (None, 0, 2)
+            ],
         )
         return [
             (a.output_tensor.name, a.input_binding_name, a.kind.value)

@@ -14,6 +14,7 @@ import operator
 import uuid
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
+import numpy as np
 import tensorrt as trt
 import torch
 from torch.fx.node import Argument, Target
@@ -34,16 +35,21 @@ from torch_tensorrt.dynamo.conversion.plugins._plugin_layout import PluginLayout
 logger = logging.getLogger(__name__)
 
 
-def qdp_aliased_inputs(
-    plugin_def: Any, inputs: Sequence[trt.ITensor], attrs: Dict[str, Any]
-) -> List[Optional[int]]:
-    """Which input each output of a QDP plugin aliases, by desc identity.
+# The plugin's view of an output: its dtype and the input it aliases (or None)
+OutputDesc = Tuple[Any, Optional[int]]
 
-    Calls the plugin's register function the way QDP does at build time (one
-    fresh ``TensorDesc`` per input) and matches ``output.get_aliased()`` against
-    those descs by identity. ``Tensor.is_aliased`` and the runtime alias links of
-    the QDP 11.1 wrapper are not used: the first is inverted, the second links
-    non-aliased outputs to the last input and is empty after deserialization.
+
+def qdp_output_descs(
+    plugin_def: Any, inputs: Sequence[trt.ITensor], attrs: Dict[str, Any]
+) -> List[OutputDesc]:
+    """Dtype and aliased input of each output of a QDP plugin, from its register function.
+
+    Calls the register function the way QDP does at build time
+    (``get_output_data_types``: one fresh ``TensorDesc`` per input, rank-only
+    shapes) and matches ``output.get_aliased()`` against those descs by
+    identity. ``Tensor.is_aliased`` and the runtime alias links of the QDP 11.1
+    wrapper are not used: the first is inverted, the second links non-aliased
+    outputs to the last input and is empty after deserialization.
     """
     from tensorrt.plugin import ShapeExprs, TensorDesc
 
@@ -60,9 +66,120 @@ def qdp_aliased_inputs(
         outputs = (outputs,)
     index = {id(desc): i for i, desc in enumerate(descs)}
     return [
-        None if out.get_aliased() is None else index[id(out.get_aliased())]
+        (
+            out.dtype,
+            None if out.get_aliased() is None else index[id(out.get_aliased())],
+        )
         for out in outputs
     ]
+
+
+def scalar_attributes_unsupported() -> Optional[str]:
+    """Why QDP cannot create plugins with int/float/bool attributes here, or None.
+
+    ``tensorrt.plugin`` before TensorRT 11.4 converts a scalar attribute by
+    calling its annotated type on the field's one-element array, which NumPy 2.4 rejects
+    ("only 0-dimensional arrays can be converted to Python scalars"): the plugin
+    cannot be created at build time nor after deserialization. TensorRT 11.4
+    reads ``field.data[0]``.
+    """
+    try:
+        import tensorrt.plugin  # noqa: F401
+    except ImportError:
+        return None  # no QDP (e.g. TensorRT-RTX): nothing creates such plugins
+    try:
+        int(np.array([1]))
+    except TypeError:
+        pass
+    else:
+        return None
+    version = tuple(int(p) for p in trt.__version__.split(".")[:2])
+    if version >= (11, 4):
+        return None
+    return (
+        f"tensorrt.plugin of TensorRT {trt.__version__} cannot create a plugin with "
+        f"int, float or bool attributes under NumPy {np.__version__} (fixed in "
+        "TensorRT 11.4). Install numpy<2.4, or declare each such attribute as a "
+        "one-element array (numpy.typing.NDArray[numpy.float32] etc.; "
+        "Torch-TensorRT passes the value so)"
+    )
+
+
+def _check_scalar_attributes(
+    layout: PluginLayout, plugin_id: str, input_attrs: Dict[str, Any]
+) -> None:
+    scalars = [
+        name
+        for name, annotation in input_attrs.items()
+        if annotation in (int, float, bool)
+    ]
+    if not scalars:
+        return
+    reason = scalar_attributes_unsupported()
+    if reason is not None:
+        raise RuntimeError(
+            f"{layout.op}: TensorRT plugin {plugin_id} has scalar attributes "
+            f"{scalars}; {reason}"
+        )
+
+
+def _check_aot_attributes(
+    layout: PluginLayout, plugin_id: str, plugin_def: Any
+) -> None:
+    """An ``aot_impl`` must declare every attribute, in the register function's order.
+
+    QDP 11.1 passes all attributes positionally to ``aot_impl`` at build time
+    (``_TemplateAOTPlugin.get_launch_params``), while its validation accepts a
+    subset: with a subset, the kernel would get other attributes' values.
+    """
+    if plugin_def.aot_impl_func is None:
+        return
+    declared = list(plugin_def.aot_impl_attr_names or [])
+    registered = list(plugin_def.input_attrs)
+    if declared != registered:
+        raise ValueError(
+            f"{layout.op}: the aot_impl of TensorRT plugin {plugin_id} takes "
+            f"attributes {declared}, but the plugin has {registered}; "
+            "tensorrt.plugin passes every attribute positionally to aot_impl at build "
+            f"time, so declare all of them, in this order: {registered} (or compile "
+            "with the JIT implementation: use_aot_if_available=False)"
+        )
+
+
+def _check_output_dtypes(
+    layout: PluginLayout,
+    plugin_id: str,
+    plugin_outputs: Sequence[OutputDesc],
+    node: Optional[torch.fx.Node],
+    return_lengths: Sequence[int],
+) -> None:
+    """Each plugin output's dtype must be the dtype of the op's (fake) result."""
+    from torch_tensorrt._enums import dtype as _dtype
+
+    val = node.meta.get("val") if node is not None else None
+    if val is None:
+        return
+    if layout.mutated:
+        returns = list(val[: len(layout.returns)])
+        new_values = list(val[len(layout.returns) :])
+    else:
+        returns = [val] if len(layout.returns) == 1 else list(val)
+        new_values = []
+    expected: List[Any] = []
+    for value in returns:
+        expected += list(value) if isinstance(value, (list, tuple)) else [value]
+    expected += new_values
+    labels = layout.outputs(return_lengths)
+    for (label, _), (out_dtype, _), fake in zip(labels, plugin_outputs, expected):
+        if not isinstance(fake, torch.Tensor):
+            continue
+        want = _dtype._from(fake.dtype).to(trt.DataType)
+        if out_dtype != want:
+            raise ValueError(
+                f"{layout.op}: TensorRT plugin {plugin_id} declares {label} as "
+                f"{out_dtype}, but the op's implementation gives {fake.dtype} "
+                f"({want}); outputs: {layout.describe(return_lengths)}"
+            )
 
 
 def add_plugin_for_op(
@@ -77,43 +194,50 @@ def add_plugin_for_op(
     plugin_def: Any,
     use_aot: bool,
     coerce_attr: Callable[[str, Any], Any],
-    aliased_inputs: Callable[
-        [Any, Sequence[trt.ITensor], Dict[str, Any]], List[Optional[int]]
-    ] = qdp_aliased_inputs,
+    output_descs: Callable[
+        [Any, Sequence[trt.ITensor], Dict[str, Any]], List[OutputDesc]
+    ] = qdp_output_descs,
 ) -> Any:
-    """Add the plugin layer for one call of ``layout.op``; return the converter result."""
+    """Add the plugin layer for one call of ``layout.op``; return the converter result.
+
+    The registered plugin is checked against the op's layout first (inputs by
+    name, attributes by name and type, output count, dtypes and aliasing), so
+    a mismatch is an error naming the op and both layouts, never a plugin fed
+    the wrong tensors.
+    """
     values = layout.bind(args, kwargs)
+    node = ctx.current_node
+    return_lengths = layout.return_lengths(node.meta.get("val") if node else None)
+    layout.validate_plugin(
+        plugin_id,
+        plugin_def.input_tensor_names,
+        plugin_def.input_attrs,
+        plugin_def.num_outputs,
+        return_lengths,
+    )
+    plugin_inputs = layout.match_plugin_inputs(plugin_id, plugin_def.input_tensor_names)
+    _check_scalar_attributes(layout, plugin_id, plugin_def.input_attrs)
+    if use_aot:
+        _check_aot_attributes(layout, plugin_id, plugin_def)
     unique_id = uuid.uuid4()
-    inputs = []
+    tensors = {}
     for arg in layout.tensor_args:
         if values[arg] is None:
             raise ValueError(
                 f"{layout.op}: optional tensor argument '{arg}' is None; a TensorRT "
                 f"plugin ({plugin_id}) needs a tensor for every input"
             )
-        inputs.append(get_trt_tensor(ctx, values[arg], f"{arg}_{unique_id}"))
-    # QDP takes attributes as keyword arguments in its register function's order
-    attrs = {}
-    for attr in plugin_def.input_attrs:
-        if attr not in values:
-            raise ValueError(
-                f"TensorRT plugin {plugin_id} has attribute '{attr}', which {layout.op} "
-                f"does not have (its non-tensor arguments: {list(layout.attr_args)})"
-            )
-        attrs[attr] = coerce_attr(attr, values[attr])
+        tensors[arg] = get_trt_tensor(ctx, values[arg], f"{arg}_{unique_id}")
+    # QDP takes its inputs in its register function's order, and attributes as
+    # keyword arguments in that order
+    inputs = [tensors[arg] for arg in plugin_inputs]
+    attrs = {attr: coerce_attr(attr, values[attr]) for attr in plugin_def.input_attrs}
 
-    node = ctx.current_node
-    return_lengths = layout.return_lengths(node.meta.get("val") if node else None)
-    layout.validate_plugin(
-        plugin_id,
-        plugin_def.input_tensor_names,
-        list(plugin_def.input_attrs),
-        plugin_def.num_outputs,
-        return_lengths,
-    )
+    plugin_outputs = output_descs(plugin_def, inputs, attrs)
     layout.validate_aliasing(
-        plugin_id, aliased_inputs(plugin_def, inputs, attrs), return_lengths
+        plugin_id, [a for _, a in plugin_outputs], return_lengths, plugin_inputs
     )
+    _check_output_dtypes(layout, plugin_id, plugin_outputs, node, return_lengths)
 
     layer = ctx.net.add_plugin(plugin(*inputs, **attrs), aot=use_aot)
     assert layer, f"{plugin_id} plugin layer was not able to be created"
@@ -123,7 +247,7 @@ def add_plugin_for_op(
     )
     outputs = [layer.get_output(i) for i in range(layer.num_outputs)]
     if node is not None:
-        _record_in_place_state(ctx, layout, node, inputs, outputs, return_lengths)
+        _record_in_place_state(ctx, layout, node, tensors, outputs, return_lengths)
     return layout.group_outputs(outputs, return_lengths)
 
 
@@ -131,7 +255,7 @@ def _record_in_place_state(
     ctx: ConversionContext,
     layout: PluginLayout,
     node: torch.fx.Node,
-    inputs: Sequence[trt.ITensor],
+    tensors: Dict[str, trt.ITensor],
     outputs: Sequence[Any],
     return_lengths: Sequence[int],
 ) -> None:
@@ -150,7 +274,7 @@ def _record_in_place_state(
         state = fx_values[arg]
         if not isinstance(state, torch.fx.Node):
             continue
-        network_input = inputs[layout.tensor_args.index(arg)]
+        network_input = tensors[arg]
         binding = input_binding_name(ctx, network_input)
         source = state
         if binding is None:

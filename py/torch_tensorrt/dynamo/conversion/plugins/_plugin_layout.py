@@ -21,9 +21,11 @@ tensor; this layout is the translation between the two.
 from __future__ import annotations
 
 import logging
+import typing
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
+import numpy as np
 import torch
 from torch_tensorrt.dynamo.conversion._functionalized_op import (
     FunctionalizedOp,
@@ -40,6 +42,15 @@ def _is_tensor(arg_type: Any) -> bool:
     if isinstance(arg_type, torch.OptionalType):
         arg_type = arg_type.getElementType()
     return isinstance(arg_type, torch.TensorType)
+
+
+# The QDP attribute type that carries each scalar schema type
+_SCHEMA_ATTR_TYPES = {"float": float, "int": int, "bool": bool, "str": str}
+
+
+def _is_array_annotation(annotation: Any) -> bool:
+    """``numpy.ndarray`` or ``numpy.typing.NDArray[...]`` (its origin is ndarray)."""
+    return annotation is np.ndarray or typing.get_origin(annotation) is np.ndarray
 
 
 def _is_tensor_list(arg_type: Any) -> bool:
@@ -185,32 +196,82 @@ class PluginLayout:
             for label, alias in self.outputs(return_lengths)
         )
 
+    def match_plugin_inputs(
+        self, plugin_id: str, input_tensor_names: Sequence[str]
+    ) -> Tuple[str, ...]:
+        """The schema argument feeding each input of a registered plugin, by name.
+
+        A register function may list its tensors in any order: each plugin
+        input takes the tensor argument of the same name (compared exactly, or
+        case-insensitively when that is unambiguous, e.g. ``x`` for ``X``).
+        Inputs are never matched by position, so a register function that
+        lists its tensors in another order cannot silently swap them.
+        """
+        plugin_names = list(input_tensor_names)
+        schema_names = list(self.tensor_args)
+        if sorted(plugin_names) == sorted(schema_names):
+            return tuple(plugin_names)
+        by_folded = {name.casefold(): name for name in schema_names}
+        matched = [by_folded.get(name.casefold()) for name in plugin_names]
+        if (
+            len(by_folded) == len(schema_names)
+            and None not in matched
+            and sorted(str(m) for m in matched) == sorted(schema_names)
+        ):
+            return tuple(str(m) for m in matched)
+        raise ValueError(
+            f"TensorRT plugin {plugin_id} takes input tensors {plugin_names} (in this "
+            f"order), but {self.op} has tensor arguments {schema_names}; plugin "
+            "inputs are matched to the op's tensor arguments by name, so name the "
+            "register function's TensorDesc arguments like the op's tensor arguments"
+        )
+
     def validate_plugin(
         self,
         plugin_id: str,
         input_tensor_names: Sequence[str],
-        attr_names: Sequence[str],
+        input_attrs: Mapping[str, Any],
         num_outputs: int,
         return_lengths: Sequence[int],
     ) -> None:
-        """Check a registered plugin's inputs, attributes and output count against the schema."""
-        if len(input_tensor_names) != len(self.tensor_args):
+        """Check a registered plugin's inputs, attributes and output count against the schema.
+
+        ``input_attrs`` maps each plugin attribute to its annotation (QDP's
+        ``PluginDef.input_attrs``). Every non-tensor argument must be an
+        attribute (a value the plugin does not take would be dropped) and every
+        attribute an argument, of a type that can carry it: the same Python
+        type, or a one-element NumPy array (``numpy.typing.NDArray[...]``).
+        """
+        self.match_plugin_inputs(plugin_id, input_tensor_names)
+        missing = [a for a in self.attr_args if a not in input_attrs]
+        unknown = [a for a in input_attrs if a not in self.attr_args]
+        if missing or unknown:
             raise ValueError(
-                f"TensorRT plugin {plugin_id} takes input tensors "
-                f"{list(input_tensor_names)}, but {self.op} has tensor arguments "
-                f"{list(self.tensor_args)}"
+                f"TensorRT plugin {plugin_id} has attributes {list(input_attrs)}, but "
+                f"{self.op} has non-tensor arguments {list(self.attr_args)}"
+                + (f"; missing: {missing}" if missing else "")
+                + (f"; not arguments of the op: {unknown}" if unknown else "")
+                + ". Attributes are matched by name, and every argument of the op "
+                "must reach the plugin"
             )
-        unknown = [a for a in attr_names if a not in self.attr_args]
-        if unknown:
-            raise ValueError(
-                f"TensorRT plugin {plugin_id} has attributes {unknown} that {self.op} "
-                f"does not have (its non-tensor arguments: {list(self.attr_args)})"
-            )
-        expected = self.outputs(return_lengths)
-        if num_outputs != len(expected):
+        schema_types = {a.name: str(a.type) for a in self.op._schema.arguments}
+        for name, annotation in input_attrs.items():
+            expected = _SCHEMA_ATTR_TYPES.get(schema_types[name])
+            if expected is None or _is_array_annotation(annotation):
+                continue
+            if annotation is not expected:
+                raise ValueError(
+                    f"TensorRT plugin {plugin_id}: attribute '{name}' is declared "
+                    f"{getattr(annotation, '__name__', annotation)}, but argument "
+                    f"'{name}' of {self.op} is {schema_types[name]}; declare it "
+                    f"{expected.__name__} (or a one-element numpy.typing.NDArray)"
+                )
+        expected_outputs = self.outputs(return_lengths)
+        if num_outputs != len(expected_outputs):
             raise ValueError(
                 f"TensorRT plugin {plugin_id} declares {num_outputs} output(s), but "
-                f"{self.op} needs {len(expected)}: {self.describe(return_lengths)}"
+                f"{self.op} needs {len(expected_outputs)}: "
+                f"{self.describe(return_lengths)}"
             )
 
     def validate_aliasing(
@@ -218,10 +279,17 @@ class PluginLayout:
         plugin_id: str,
         aliased_inputs: Sequence[Optional[int]],
         return_lengths: Sequence[int],
+        plugin_inputs: Optional[Sequence[str]] = None,
     ) -> None:
-        """Check which plugin output aliases which input (index, or None per output)."""
+        """Check which plugin output aliases which input.
+
+        ``aliased_inputs`` has, per plugin output, the index of the plugin input
+        it aliases or None; ``plugin_inputs`` names the schema argument of each
+        plugin input (:meth:`match_plugin_inputs`; schema order by default).
+        """
+        inputs = list(self.tensor_args if plugin_inputs is None else plugin_inputs)
         expected = [
-            None if alias is None else self.tensor_args.index(alias)
+            None if alias is None else inputs.index(alias)
             for _, alias in self.outputs(return_lengths)
         ]
         if list(aliased_inputs) == expected:
@@ -230,7 +298,7 @@ class PluginLayout:
         def show(aliases: Sequence[Optional[int]]) -> str:
             return (
                 ", ".join(
-                    f"output {i} -> input '{self.tensor_args[a]}'"
+                    f"output {i} -> input '{inputs[a]}'"
                     for i, a in enumerate(aliases)
                     if a is not None
                 )
