@@ -1,0 +1,218 @@
+"""Signatures of the QDP plugin that ``generate_plugin`` writes for a torch op.
+
+``tensorrt.plugin`` (QDP) wants the register function's tensor descriptors
+first, then its attributes, never interleaved, and calls the JIT impl with
+``(*input tensors, *attributes, outputs, stream=stream)``. A torch schema may
+start with an attribute or interleave them (``(Tensor x, float a, Tensor(a!) y)``),
+and may have keyword-only arguments. This module keeps the two orders apart:
+
+- the plugin side is **tensors first** (every ``Tensor`` / ``Tensor?`` argument,
+  in schema order, as ``_plugin_layout.PluginLayout`` orders the plugin inputs),
+  then the attributes in schema order;
+- the op is called in **schema order**: positional arguments positionally,
+  keyword-only ones as keywords (``op_call``).
+
+It also holds the dtype rule of the generated JIT impl: it hands every input and
+output to PyTorch through ``tensorrt.plugin.Tensor.__cuda_array_interface__``,
+which in TensorRT 11.1 rejects BF16, FP8 and INT4, and has no NumPy type (so
+fails) for FP4 and E8M0.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+import numpy as np
+import torch
+from torch_tensorrt._enums import dtype
+
+logger = logging.getLogger(__name__)
+
+# Names QDP reserves in the impl signature (``_validate.DISALLOWED_ATTR_NAMES``)
+_RESERVED_NAMES = ("outputs", "stream", "tactic")
+
+# Rejected by ``Tensor.__cuda_array_interface__`` itself in TensorRT 11.1
+_REJECTED_BY_CUDA_ARRAY_INTERFACE = ("BF16", "FP8", "INT4")
+
+
+def _is_tensor(arg_type: Any) -> bool:
+    if isinstance(arg_type, torch.OptionalType):
+        arg_type = arg_type.getElementType()
+    return isinstance(arg_type, torch.TensorType)
+
+
+@dataclass(frozen=True)
+class GeneratedPluginSignature:
+    """Plugin-side argument order of a generated plugin, and the way back to the op."""
+
+    plugin_name: str
+    op: torch._ops.OpOverload
+    tensor_args: Tuple[str, ...]
+    attr_args: Tuple[str, ...]
+    attr_annotations: Tuple[Any, ...]  # one per attr_args entry
+
+    @classmethod
+    def from_op(
+        cls,
+        plugin_name: str,
+        op: torch._ops.OpOverload,
+        attr_annotations: Mapping[str, Any],
+    ) -> GeneratedPluginSignature:
+        """``attr_annotations``: the QDP annotation per attribute schema type name."""
+        tensor_args: List[str] = []
+        attr_args: List[str] = []
+        annotations: List[Any] = []
+        for arg in op._schema.arguments:
+            if arg.name in _RESERVED_NAMES:
+                raise ValueError(
+                    f"{plugin_name}: argument '{arg.name}' of {op} has a name that "
+                    f"tensorrt.plugin reserves ({', '.join(_RESERVED_NAMES)}); rename it "
+                    "to generate a plugin"
+                )
+            if _is_tensor(arg.type):
+                # Tensor? too: the plugin needs a tensor for each input, the
+                # converter rejects None
+                tensor_args.append(arg.name)
+                continue
+            annotation = attr_annotations.get(str(arg.type))
+            if annotation is None:
+                raise ValueError(
+                    f"{plugin_name}: argument '{arg.name}' of {op} has type "
+                    f"{arg.type}, which a generated plugin cannot take: Tensor and "
+                    "Tensor? arguments become plugin inputs, "
+                    f"{', '.join(attr_annotations)} arguments plugin attributes; register the plugin with "
+                    "tensorrt.plugin.register and use generate_plugin_converter"
+                )
+            attr_args.append(arg.name)
+            annotations.append(annotation)
+        if not tensor_args:
+            raise ValueError(
+                f"{plugin_name}: {op} has no Tensor argument; a TensorRT plugin needs "
+                "at least one input tensor"
+            )
+        return cls(
+            plugin_name, op, tuple(tensor_args), tuple(attr_args), tuple(annotations)
+        )
+
+    @property
+    def register_params(self) -> Tuple[str, ...]:
+        """Parameters of the register function: tensors first, then attributes."""
+        return self.tensor_args + self.attr_args
+
+    @property
+    def impl_params(self) -> Tuple[str, ...]:
+        """Parameters of the JIT impl: tensors, attributes, outputs, stream."""
+        return self.register_params + ("outputs", "stream")
+
+    def register_annotations(self, desc_type: Any, num_outputs: int) -> Dict[str, Any]:
+        annotations: Dict[str, Any] = {name: desc_type for name in self.tensor_args}
+        annotations.update(zip(self.attr_args, self.attr_annotations))
+        # Exact arity: QDP calls issubclass on every element of the tuple
+        annotations["return"] = Tuple[(desc_type,) * num_outputs]
+        return annotations
+
+    def impl_annotations(self, tensor_type: Any, num_outputs: int) -> Dict[str, Any]:
+        annotations: Dict[str, Any] = {name: tensor_type for name in self.tensor_args}
+        annotations.update(zip(self.attr_args, self.attr_annotations))
+        annotations["outputs"] = Tuple[(tensor_type,) * num_outputs]
+        annotations["stream"] = int
+        return annotations
+
+    def function_source(
+        self, func_name: str, params: Sequence[str], target: str
+    ) -> str:
+        """``def func_name(params): return target(p=p, ...)``, forwarding by name."""
+        forwarded = ", ".join(f"{p}={p}" for p in params)
+        return (
+            f"def {func_name}({', '.join(params)}):\n    return {target}({forwarded})\n"
+        )
+
+    def op_call(self, values: Mapping[str, Any]) -> Tuple[List[Any], Dict[str, Any]]:
+        """Arguments for calling the op, in schema order, from values by name.
+
+        Positional schema arguments are passed positionally, keyword-only ones as
+        keywords. Every schema argument is a plugin input or attribute, so every
+        value is present.
+        """
+        args: List[Any] = []
+        kwargs: Dict[str, Any] = {}
+        for arg in self.op._schema.arguments:
+            value = values[arg.name]
+            if arg.name in self.attr_args:
+                value = _scalar_attr_to_python(value)
+            if arg.kwarg_only:
+                kwargs[arg.name] = value
+            else:
+                args.append(value)
+        return args, kwargs
+
+
+def _scalar_attr_to_python(value: Any) -> Any:
+    """A QDP scalar attribute (a one-element array) as a Python scalar."""
+    if isinstance(value, np.ndarray):
+        if value.size != 1:
+            raise ValueError(
+                f"Expected a scalar plugin attribute, got an array of shape {value.shape}"
+            )
+        return value.reshape(()).item()
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+def cuda_array_interface_dtypes() -> Tuple[Any, ...]:
+    """TensorRT dtypes that ``tensorrt.plugin.Tensor`` can hand to PyTorch."""
+    import tensorrt as trt
+
+    rejected = [
+        getattr(trt.DataType, name)
+        for name in _REJECTED_BY_CUDA_ARRAY_INTERFACE
+        if hasattr(trt.DataType, name)
+    ]
+    supported = []
+    for trt_dtype in trt.DataType.__members__.values():
+        if trt_dtype in rejected:
+            continue
+        try:
+            trt.nptype(trt_dtype)
+        except TypeError:
+            continue
+        supported.append(trt_dtype)
+    return tuple(supported)
+
+
+def check_jit_dtypes(
+    plugin_name: str, named_dtypes: Sequence[Tuple[str, Any]]
+) -> List[Any]:
+    """TensorRT dtypes of the generated JIT plugin's tensors, or one clear error.
+
+    ``named_dtypes`` holds ``(label, dtype)`` per input and output, the dtype
+    a ``tensorrt.DataType`` or a ``torch.dtype``.
+    """
+    import tensorrt as trt
+
+    supported = cuda_array_interface_dtypes()
+    trt_dtypes: List[Any] = []
+    bad: List[str] = []
+    for label, value in named_dtypes:
+        trt_dtype: Optional[Any] = value
+        if not isinstance(value, trt.DataType):
+            try:
+                trt_dtype = dtype._from(value).to(trt.DataType)
+            except (TypeError, ValueError):
+                trt_dtype = None
+        if trt_dtype is None or trt_dtype not in supported:
+            shown = value if trt_dtype is None else trt_dtype
+            bad.append(f"{label} ({shown})")
+        trt_dtypes.append(trt_dtype)
+    if bad:
+        raise ValueError(
+            f"{plugin_name}: the generated plugin cannot handle {', '.join(bad)}: its "
+            "JIT implementation passes tensors to PyTorch through "
+            "tensorrt.plugin.Tensor.__cuda_array_interface__, which supports "
+            f"{', '.join(str(d) for d in supported)}; cast the tensor, or register "
+            "the plugin yourself with tensorrt.plugin.register and aot_impl"
+        )
+    return trt_dtypes
