@@ -277,6 +277,28 @@ if HAVE_QDP:
     for _bad, (_outputs, _n, _) in _state_update_registrations().items():
         _register_bad(_bad, _outputs, _n)
 
+    # Tensor[] return, two mutated arguments and an optional tensor
+    torch.library.define(
+        "qdp_conv::chunk_update",
+        "(Tensor(a!) a, Tensor(b!) b, Tensor? bias, int n) -> Tensor[]",
+    )
+    torch.library.register_fake("qdp_conv::chunk_update")(
+        lambda a, b, bias, n: [c.new_empty(c.shape) for c in a.chunk(n, dim=-1)]
+    )
+
+    @trtp.register("qdp_conv::chunk_update")
+    def _chunk_update_desc(
+        b: trtp.TensorDesc,
+        a: trtp.TensorDesc,
+        bias: trtp.TensorDesc,
+        n: npt.NDArray[np.int64],
+    ) -> Tuple[trtp.TensorDesc, trtp.TensorDesc, trtp.TensorDesc, trtp.TensorDesc]:
+        return a.like(), a.like(), a.aliased(), b.aliased()
+
+    @trtp.impl("qdp_conv::chunk_update")
+    def _chunk_update_impl(b, a, bias, n, outputs, stream):
+        raise AssertionError("run by TensorRT only")
+
     # attributes that do not match the op
     torch.library.define(
         "qdp_bad::attr_missing", "(Tensor x, float alpha, int n) -> Tensor"
@@ -383,7 +405,10 @@ def _convert(op, network_inputs, kwargs=None):
     """Run the converter registered for ``op`` on a recording network."""
     node = _functional_call(op, network_inputs, kwargs)
     val = node.meta["val"]
-    shapes = [tuple(v.shape) for v in (val if isinstance(val, tuple) else (val,))]
+    flat = []
+    for v in val if isinstance(val, tuple) else (val,):
+        flat += list(v) if isinstance(v, list) else [v]
+    shapes = [tuple(v.shape) for v in flat]
     net = RecordingNetwork(dict(enumerate(shapes)))
     tensors = [
         net.add_input(name, trt.float32, tuple(value.shape))
@@ -466,6 +491,38 @@ class TestRegisteredPluginsAgainstTheSchema(TestCase):
             [(a.input_binding_name, a.output_tensor.name) for a in ctx.aliased_outputs],
             [("state", "plugin_out_1")],
         )
+
+    def test_tensor_list_return_two_mutated_args_and_an_optional_tensor(self):
+        generate_plugin_converter("qdp_conv::chunk_update", use_aot_if_available=True)
+        op = torch.ops.qdp_conv.chunk_update.default
+        a, b, bias = torch.randn(4, 8), torch.randn(4, 8), torch.randn(4, 8)
+        net, ctx, result, info = _convert(
+            op, [("a", a), ("b", b), ("bias", bias)], {"n": 2}
+        )
+        self.assertTrue(info["requires_aliased_plugin_io"])
+        ((aot, inputs, plugin),) = net.plugins
+        self.assertFalse(aot)  # no aot_impl: JIT
+        self.assertEqual([t.name for t in inputs], ["b", "a", "bias"])
+        self.assertEqual(
+            [plugin.get_aliased_input(i) for i in range(4)], [-1, -1, 1, 0]
+        )
+        self.assertEqual(plugin.attrs["n"].tolist(), [2])
+        # the converter convention: the Tensor[] return as a list, then new a, new b
+        chunks, new_a, new_b = result
+        self.assertEqual([c.name for c in chunks], ["plugin_out_0", "plugin_out_1"])
+        self.assertEqual((new_a.name, new_b.name), ("plugin_out_2", "plugin_out_3"))
+        with self.assertRaisesRegex(
+            ValueError,
+            r"qdp_conv.chunk_update.default: optional tensor argument 'bias' is None",
+        ):
+            net = RecordingNetwork()
+            ctx = ConversionContext(net, CompilationSettings())
+            ctx.current_node = _functional_call(
+                op, [("a", a), ("b", b), ("bias", bias)], {"n": 2}
+            )
+            converter, _, _ = DYNAMO_CONVERTERS.get(ctx.current_node)
+            tensors = [net.add_input(n, trt.float32, (4, 8)) for n in ("a", "b")]
+            converter(ctx, op, (*tensors, None), {"n": 2}, "n")
 
     def test_the_plugin_is_recreated_after_deserialization(self):
         net, *_ = _convert(
