@@ -107,14 +107,14 @@ class GeneratedPluginSignature:
         return self.register_params + ("outputs", "stream")
 
     def register_annotations(self, desc_type: Any, num_outputs: int) -> Dict[str, Any]:
-        annotations: Dict[str, Any] = {name: desc_type for name in self.tensor_args}
+        annotations: Dict[str, Any] = dict.fromkeys(self.tensor_args, desc_type)
         annotations.update(zip(self.attr_args, self.attr_annotations))
         # Exact arity: QDP calls issubclass on every element of the tuple
         annotations["return"] = Tuple[(desc_type,) * num_outputs]
         return annotations
 
     def impl_annotations(self, tensor_type: Any, num_outputs: int) -> Dict[str, Any]:
-        annotations: Dict[str, Any] = {name: tensor_type for name in self.tensor_args}
+        annotations: Dict[str, Any] = dict.fromkeys(self.tensor_args, tensor_type)
         annotations.update(zip(self.attr_args, self.attr_annotations))
         annotations["outputs"] = Tuple[(tensor_type,) * num_outputs]
         annotations["stream"] = int
