@@ -347,6 +347,18 @@ if HAVE_QDP:
     def _scale_impl(x, factor, outputs, stream):
         raise AssertionError("run by TensorRT only")
 
+    # a str attribute on a JIT plugin
+    torch.library.define("qdp_conv::moded", "(Tensor x, str mode) -> Tensor")
+    torch.library.register_fake("qdp_conv::moded")(lambda x, mode: torch.empty_like(x))
+
+    @trtp.register("qdp_conv::moded")
+    def _moded_desc(x: trtp.TensorDesc, mode: str) -> Tuple[trtp.TensorDesc]:
+        return (x.like(),)
+
+    @trtp.impl("qdp_conv::moded")
+    def _moded_impl(x, mode, outputs, stream):
+        raise AssertionError("run by TensorRT only")
+
     # an aot_impl that declares a subset of the attributes
     torch.library.define(
         "qdp_conv::two_attrs", "(Tensor x, float a, float b) -> Tensor"
@@ -563,6 +575,24 @@ class TestRegisteredPluginsAgainstTheSchema(TestCase):
             r"\['state', 'x'\]",
         ):
             _convert(torch.ops.qdp_bad.input_names.default, self._state_inputs())
+
+    def test_str_attributes_of_a_jit_plugin_are_warned_about(self):
+        generate_plugin_converter("qdp_conv::moded", use_aot_if_available=True)
+        with self.assertLogs(
+            "torch_tensorrt.dynamo.conversion.plugins", "WARNING"
+        ) as logs:
+            net, *_ = _convert(
+                torch.ops.qdp_conv.moded.default,
+                [("x", torch.randn(4, 8))],
+                {"mode": "nearest"},
+            )
+        ((_, _, plugin),) = net.plugins
+        self.assertEqual(plugin.attrs["mode"], "nearest")
+        self.assertRegex(
+            logs.output[0],
+            r"qdp_conv.moded.default: TensorRT plugin qdp_conv::moded has str "
+            r"attributes \['mode'\] and runs its JIT implementation",
+        )
 
     def test_aot_impl_with_a_subset_of_the_attributes_is_a_clear_error(self):
         op = torch.ops.qdp_conv.two_attrs.default

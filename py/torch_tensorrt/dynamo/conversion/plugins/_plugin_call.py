@@ -123,6 +123,28 @@ def _check_scalar_attributes(
         )
 
 
+def _warn_string_attributes(
+    layout: PluginLayout, plugin_id: str, input_attrs: Dict[str, Any]
+) -> None:
+    """Warn about ``str`` attributes of a JIT plugin (QDP 11.1 serializes them unsafely).
+
+    ``get_fields_to_serialize`` of QDP 11.1 builds each ``str`` field from a
+    temporary ``value.encode()`` that nothing keeps alive, so the plugin
+    recreated from a serialized engine may read freed memory (seen on CPU: an
+    attribute of NUL bytes now and then). ``bytes`` attributes are serialized
+    from the stored value; AOT plugins are not recreated in Python.
+    """
+    strings = [name for name, annotation in input_attrs.items() if annotation is str]
+    if strings:
+        logger.warning(
+            f"{layout.op}: TensorRT plugin {plugin_id} has str attributes {strings} "
+            "and runs its JIT implementation; tensorrt.plugin of TensorRT "
+            f"{trt.__version__} may serialize str attributes from freed memory, so "
+            "the plugin recreated from a serialized engine can see corrupted values. "
+            "Declare them as bytes, or use an aot_impl"
+        )
+
+
 def _check_aot_attributes(
     layout: PluginLayout, plugin_id: str, plugin_def: Any
 ) -> None:
@@ -219,6 +241,8 @@ def add_plugin_for_op(
     _check_scalar_attributes(layout, plugin_id, plugin_def.input_attrs)
     if use_aot:
         _check_aot_attributes(layout, plugin_id, plugin_def)
+    else:
+        _warn_string_attributes(layout, plugin_id, plugin_def.input_attrs)
     unique_id = uuid.uuid4()
     tensors = {}
     for arg in layout.tensor_args:
