@@ -2,9 +2,13 @@
 """Plugin layouts derived from op schemas, and the glue that adds the plugin layer.
 
 Runs without TensorRT's plugin module: the layout logic is pure Python over real
-torch schemas and fake implementations; the glue test uses a recording stand-in
-for ``INetworkDefinition.add_plugin`` (TensorRT-RTX has none), which only checks
-Torch-TensorRT's own calls and proves nothing about what TensorRT accepts.
+torch schemas and fake implementations. The glue tests need a real network
+(TensorRT-RTX builds one on the CPU; in the standard-flavour environment, whose
+TensorRT 11.1 has no builder, they skip) and use a recording stand-in for
+``INetworkDefinition.add_plugin`` and a mock plugin definition (TensorRT-RTX has
+no plugins): they check Torch-TensorRT's own calls and prove nothing about what
+TensorRT accepts. The same glue against the real ``tensorrt.plugin`` is
+``tests/py/dynamo/automatic_plugin/test_plugin_converter_qdp.py``.
 """
 
 import operator
