@@ -21,6 +21,7 @@ from typing import (
     Any,
     Collection,
     Dict,
+    Hashable,
     Iterator,
     List,
     Optional,
@@ -30,18 +31,34 @@ from typing import (
 )
 
 import torch
+from torch_tensorrt._features import ENABLED_FEATURES
 from torch_tensorrt.dynamo.conversion._functionalized_op import is_write_back
 
 logger = logging.getLogger(__name__)
 
 
 class AliasedInputAddresses:
-    """The addresses of an engine's aliased inputs when a CUDA graph captured them."""
+    """The addresses of an engine's aliased inputs when a CUDA graph captured them.
+
+    An engine with aliased I/O binds an aliased input to the caller's tensor (no
+    staging buffer), so a graph captured in per-engine mode writes where that
+    tensor was at capture. :meth:`moved` serves a runtime that captures again
+    whenever one moved (the Python runtime); :meth:`check` follows the C++
+    runtime, which keeps its graph unless its own rule records a new one.
+    """
 
     def __init__(self, positions: Sequence[int]) -> None:
         self.positions = tuple(positions)
-        self._bound: Optional[Tuple[int, ...]] = None
-        self._shapes: Optional[Tuple[Tuple[int, ...], ...]] = None
+        self._reset()
+
+    def _reset(self) -> None:
+        # The C++ runtime's state, as far as it decides about recording
+        # (``core/runtime/execute_engine.cpp``, ``TorchTRTRuntimeStates``)
+        self._bound: Optional[Tuple[int, ...]] = None  # written by the kept graph
+        self._shapes: Optional[Tuple[Tuple[int, ...], ...]] = None  # shape_key
+        self._stream: Optional[Hashable] = None  # engine stream of the last call
+        self._cudagraphs = False  # old_cudagraphs: the last call used its graph
+        self._context_changed = False
 
     @classmethod
     def of_engine(
@@ -54,8 +71,13 @@ class AliasedInputAddresses:
         return cls(positions) if positions else None
 
     def __getstate__(self) -> Dict[str, Any]:
-        # addresses belong to this process and to a graph a reloaded engine lacks
-        return {"positions": self.positions, "_bound": None, "_shapes": None}
+        # addresses and streams belong to this process, the graph to an engine
+        # a reloaded module no longer has
+        return {"positions": self.positions}
+
+    def __setstate__(self, state: Dict[str, Any]) -> None:
+        self.positions = tuple(state["positions"])
+        self._reset()
 
     def _addresses(self, inputs: Sequence[torch.Tensor]) -> Tuple[int, ...]:
         return tuple(inputs[i].data_ptr() for i in self.positions)
@@ -71,49 +93,102 @@ class AliasedInputAddresses:
         self._bound = bound
         return moved
 
+    def context_changed(self) -> None:
+        """The engine's execution context changed: its next graph call records.
+
+        The C++ runtime sets ``context_changed`` when it recreates the execution
+        context (runtime settings, weight-streaming budget) or switches the
+        optimization profile by hand; the module calls this when it does those.
+        """
+        self._context_changed = True
+
     def check(
         self,
         engine_name: str,
         input_binding_names: Sequence[str],
         inputs: Sequence[torch.Tensor],
         cudagraphs: Optional[bool] = None,
+        *,
+        stream: Optional[Hashable] = None,
+        internal_capture: Optional[bool] = None,
     ) -> None:
-        """Raise if the captured graph would write aliased inputs to stale memory.
+        """Raise if the C++ runtime would replay its graph into stale memory.
 
-        For a runtime that keeps its graph while the input shapes stay the same
-        (the C++ runtime), called before each execution with the inputs given;
-        ``cudagraphs`` defaults to whether per-engine CUDA graphs are on.
+        Called before each execution on the C++ runtime, with the inputs given.
+        The C++ runtime records its CUDA graph again when per-engine CUDA graphs
+        were off in the previous call, when any input's shape changed since the
+        previous call, when the engine's stream changed, or when its execution
+        context changed (:meth:`context_changed`); otherwise it replays the graph
+        with the addresses it was recorded with. Only then does a moved aliased
+        input raise. Defaults: ``cudagraphs``, whether per-engine CUDA graphs are
+        on; ``stream``, the stream the C++ runtime would run on (see
+        :func:`engine_stream`); ``internal_capture``, whether TensorRT captures
+        the graph itself, binding the current addresses on every call
+        (TensorRT-RTX, which does so whenever per-engine CUDA graphs are on).
         """
         if cudagraphs is None:
             from torch_tensorrt.runtime import get_cudagraphs_mode
 
             cudagraphs = get_cudagraphs_mode()
-        if not cudagraphs:
-            self._bound = None  # the next call in CUDA graph mode captures again
-            return
         names = [input_binding_names[i] for i in self.positions]
-        for i, name in zip(self.positions, names):
-            if not inputs[i].is_contiguous():
-                raise RuntimeError(
-                    f"TensorRT engine '{engine_name}' updates input '{name}' in place "
-                    "and runs as a CUDA graph, but the tensor passed is not "
-                    "contiguous, so the graph would update a temporary copy of it. "
-                    "Pass a contiguous tensor."
-                )
+        if cudagraphs:
+            for i, name in zip(self.positions, names):
+                if not inputs[i].is_contiguous():
+                    raise RuntimeError(
+                        f"TensorRT engine '{engine_name}' updates input '{name}' in "
+                        "place and runs as a CUDA graph, but the tensor passed is "
+                        "not contiguous, so the graph would update a temporary copy "
+                        "of it. Pass a contiguous tensor."
+                    )
+        if internal_capture is None:
+            internal_capture = bool(ENABLED_FEATURES.tensorrt_rtx)
+        graphed = cudagraphs and not internal_capture
         shapes = tuple(tuple(t.shape) for t in inputs)
         bound = self._addresses(inputs)
-        if self._bound is None or shapes != self._shapes:
-            self._bound, self._shapes = bound, shapes  # the runtime captures now
-        elif bound != self._bound:
+        if graphed and stream is None:
+            stream = engine_stream(inputs)
+        # TorchTRTRuntimeStates::set_runtime_states: old_cudagraphs, shape_changed
+        # and context_changed (set by a change of the engine's stream)
+        records = graphed and (
+            not self._cudagraphs
+            or shapes != self._shapes
+            or stream != self._stream
+            or self._context_changed
+        )
+        if graphed and not records and bound != self._bound:
+            assert self._bound is not None
             moved = [n for n, a, b in zip(names, bound, self._bound) if a != b]
             raise RuntimeError(
                 f"TensorRT engine '{engine_name}' updates input(s) {moved} in place "
                 "and runs as a CUDA graph captured with their addresses, but this "
-                "call passes different tensors: the graph would write to the old "
-                "ones. Pass the same tensors on every call, or turn CUDA graphs off "
-                "(torch_tensorrt.runtime.set_cudagraphs_mode(False)); the Python "
-                "runtime captures the graph again instead."
+                "call passes different tensors of the same shapes: the graph would "
+                "write to the old ones. Pass the same tensors on every call, or turn "
+                "CUDA graphs off (torch_tensorrt.runtime.set_cudagraphs_mode(False)); "
+                "the Python runtime captures the graph again instead."
             )
+        # the call runs: the runtime's state advances as in execute_engine
+        self._shapes, self._cudagraphs, self._context_changed = shapes, graphed, False
+        if graphed:
+            self._stream = stream
+        if records:
+            self._bound = bound
+
+
+def engine_stream(inputs: Sequence[torch.Tensor]) -> Hashable:
+    """The stream the C++ runtime runs an engine on, as a comparable key.
+
+    A caller on the device's default stream gets the engine's own pool stream
+    (``"pool"`` here); any other caller stream is used as it is.
+    """
+    device = (
+        inputs[0].device
+        if inputs and inputs[0].is_cuda
+        else torch.device("cuda", torch.cuda.current_device())
+    )
+    caller = torch.cuda.current_stream(device)
+    if caller.cuda_stream == torch.cuda.default_stream(device).cuda_stream:
+        return "pool"
+    return (caller.device_index, caller.cuda_stream)
 
 
 def _written_nodes(gm: torch.fx.GraphModule) -> Set[torch.fx.Node]:

@@ -20,6 +20,11 @@ from torch_tensorrt import ENABLED_FEATURES
 
 HAVE_TRITON = importlib.util.find_spec("triton") is not None
 RUNNABLE = torch.cuda.is_available() and ENABLED_FEATURES.qdp_plugin and HAVE_TRITON
+# 2.14.0 picks the runtime once per process, when torch_tensorrt is imported:
+# the C++ runtime if torch_tensorrt/lib holds libtorchtrt.so or
+# libtorchtrt_runtime.so (_features.py, ENABLED_FEATURES.torch_tensorrt_runtime),
+# else the Python TRTEngine; `use_python_runtime` has no effect.
+RUNTIME = "cpp" if ENABLED_FEATURES.torch_tensorrt_runtime else "python"
 REASON = (
     "Needs a CUDA device, TensorRT's Python plugin module (tensorrt.plugin; the "
     "standard TensorRT flavour) and Triton."
@@ -291,44 +296,83 @@ class TestInplacePlugins(TestCase):
                 self.assertEqual(compiled_x.data_ptr(), pointer)
 
     def test_cuda_graphs_with_state_updated_in_place(self):
+        """Both CUDA graph modes on the runtime this install selects (see RUNTIME)."""
+
         class Model(torch.nn.Module):
             def forward(self, x):
                 torch.ops.inplace_test.add_one_jit_(x)
                 return x * 2
 
-        runtimes = [("python", True)] + (
-            [("cpp", False)] if ENABLED_FEATURES.torch_tensorrt_runtime else []
-        )
-        for runtime, use_python_runtime in runtimes:
-            with self.subTest(runtime=runtime):
-                x = torch.randn(64, 33, device="cuda")
-                trt_module = self._compile(
-                    Model(), (x,), use_python_runtime=use_python_runtime
-                )
-                # whole-graph mode: the caller's tensor is updated after each replay
-                compiled_x, eager_x = x.clone(), x.clone()
-                with torch_tensorrt.runtime.enable_cudagraphs(trt_module) as graphed:
-                    for _ in range(3):
-                        self.assertEqual(graphed(compiled_x), Model()(eager_x))
-                        self.assertEqual(compiled_x, eager_x)
-                # per-engine mode: the graph writes the tensor it was captured with
-                torch_tensorrt.runtime.set_cudagraphs_mode(True)
-                try:
-                    for _ in range(2):
-                        self.assertEqual(trt_module(compiled_x), Model()(eager_x))
-                        self.assertEqual(compiled_x, eager_x)
-                    moved, moved_eager = x.clone(), x.clone()
-                    if use_python_runtime:  # captured again for the new tensor
-                        self.assertEqual(trt_module(moved), Model()(moved_eager))
-                        self.assertEqual(moved, moved_eager)
-                    else:
-                        with self.assertRaisesRegex(
-                            RuntimeError, "captured with their addresses"
-                        ):
-                            trt_module(moved)
-                        self.assertEqual(moved, x)  # nothing was written
-                finally:
-                    torch_tensorrt.runtime.set_cudagraphs_mode(False)
+        x = torch.randn(64, 33, device="cuda")
+        trt_module = self._compile(Model(), (x,))
+        # whole-graph mode: the caller's tensor is updated after each replay
+        compiled_x, eager_x = x.clone(), x.clone()
+        with torch_tensorrt.runtime.enable_cudagraphs(trt_module) as graphed:
+            for _ in range(3):
+                self.assertEqual(graphed(compiled_x), Model()(eager_x))
+                self.assertEqual(compiled_x, eager_x)
+        # per-engine mode: the graph writes the tensor it was captured with
+        torch_tensorrt.runtime.set_cudagraphs_mode(True)
+        try:
+            for _ in range(2):
+                self.assertEqual(trt_module(compiled_x), Model()(eager_x))
+                self.assertEqual(compiled_x, eager_x)
+            moved, moved_eager = x.clone(), x.clone()
+            if RUNTIME == "python":  # captured again for the new tensor
+                self.assertEqual(trt_module(moved), Model()(moved_eager))
+                self.assertEqual(moved, moved_eager)
+            else:  # same shape and stream: the C++ runtime would replay
+                with self.assertRaisesRegex(
+                    RuntimeError, "captured with their addresses"
+                ):
+                    trt_module(moved)
+                self.assertEqual(moved, x)  # nothing was written
+                # on another stream the C++ runtime records again: no error
+                with torch.cuda.stream(torch.cuda.Stream()):
+                    self.assertEqual(trt_module(moved), Model()(moved_eager))
+                    torch.cuda.current_stream().synchronize()
+                self.assertEqual(moved, moved_eager)
+        finally:
+            torch_tensorrt.runtime.set_cudagraphs_mode(False)
+
+    @unittest.skipIf(
+        not ENABLED_FEATURES.torch_tensorrt_runtime,
+        "The compiled module already runs on the Python runtime (see the test above).",
+    )
+    def test_python_runtime_captures_again_for_a_moved_state(self):
+        """Patch 0021's re-capture, on the Python TRTEngine beside the C++ runtime.
+
+        With the C++ runtime library loaded, a compiled module always runs on it;
+        the Python TRTEngine is driven directly from the module's engine info, as
+        upstream's TestPythonRuntimeAliasedIO does.
+        """
+        from torch_tensorrt.dynamo.runtime._TRTEngine import TRTEngine
+
+        class Model(torch.nn.Module):
+            def forward(self, x):
+                torch.ops.inplace_test.add_one_jit_(x)
+                return x * 2
+
+        x = torch.randn(64, 33, device="cuda")
+        trt_module = self._compile(Model(), (x,))
+        (name,) = _engines(trt_module)
+        engine = TRTEngine(getattr(trt_module, name)._pack_engine_info())
+        self.assertEqual(list(engine.in_binding_names), ["x"])
+        torch_tensorrt.runtime.set_cudagraphs_mode(True)
+        try:
+            first, first_eager = x.clone(), x.clone()
+            for _ in range(2):  # captured with `first`, then replayed
+                engine.execute([first])
+                torch.cuda.synchronize()
+                first_eager += 1
+                self.assertEqual(first, first_eager)
+            moved, moved_eager = x.clone(), x.clone()
+            engine.execute([moved])  # moved: captured again with `moved`
+            torch.cuda.synchronize()
+            self.assertEqual(moved, moved_eager + 1)
+            self.assertEqual(first, first_eager)  # the old tensor is left alone
+        finally:
+            torch_tensorrt.runtime.set_cudagraphs_mode(False)
 
     def test_module_state_updated_in_place(self):
         class Stateful(torch.nn.Module):

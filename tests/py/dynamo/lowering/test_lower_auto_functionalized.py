@@ -929,34 +929,37 @@ class TestSerializedEngineOnCpu(TestCase):
     "Running TensorRT engines needs a CUDA device; this host has none.",
 )
 class TestMutationsOnGpu(TestCase):
-    """Compiled modules on both runtimes equal eager over several calls."""
+    """Compiled modules equal eager over several calls, on the runtime installed.
 
-    RUNTIMES = [("python", True)] + (
-        [("cpp", False)] if ENABLED_FEATURES.torch_tensorrt_runtime else []
-    )
+    2.14.0 picks the runtime once per process, when torch_tensorrt is imported:
+    the C++ runtime if torch_tensorrt/lib holds libtorchtrt.so or
+    libtorchtrt_runtime.so (``_features.py``, ``ENABLED_FEATURES.torch_tensorrt_runtime``),
+    else the Python ``TRTEngine``; ``use_python_runtime`` has no effect. These
+    tests cover the Python runtime in an install without the C++ runtime library.
+    """
 
-    def _compile(self, module, args, use_python_runtime):
+    RUNTIME = "cpp" if ENABLED_FEATURES.torch_tensorrt_runtime else "python"
+
+    def _compile(self, module, args):
         ep = torch.export.export(copy.deepcopy(module), _clone(args))
         return torch_tensorrt.dynamo.compile(
             ep,
             arg_inputs=list(_clone(args)),
             min_block_size=1,
             require_full_compilation=True,
-            use_python_runtime=use_python_runtime,
         )
 
     def test_user_input_matrix(self):
-        for runtime, use_python_runtime in self.RUNTIMES:
-            for name, cls, n in USER_INPUT_CASES:
-                with self.subTest(name, runtime=runtime):
-                    args = tuple(a.cuda() for a in _inputs(n))
-                    trt = self._compile(cls(), args, use_python_runtime)
-                    compiled_args, eager_args = _clone(args), _clone(args)
-                    for step in range(3):
-                        self.assertEqual(
-                            trt(*compiled_args), cls()(*eager_args), msg=f"{step}"
-                        )
-                        self.assertEqual(compiled_args, eager_args, msg=f"{step}")
+        for name, cls, n in USER_INPUT_CASES:
+            with self.subTest(name, runtime=self.RUNTIME):
+                args = tuple(a.cuda() for a in _inputs(n))
+                trt = self._compile(cls(), args)
+                compiled_args, eager_args = _clone(args), _clone(args)
+                for step in range(3):
+                    self.assertEqual(
+                        trt(*compiled_args), cls()(*eager_args), msg=f"{step}"
+                    )
+                    self.assertEqual(compiled_args, eager_args, msg=f"{step}")
 
     def test_standalone_engine_with_the_alias_map(self):
         """A raw TensorRT caller (as from C++) applies the map: state advances like eager."""
@@ -1002,17 +1005,16 @@ class TestMutationsOnGpu(TestCase):
             self.assertEqual(state, eager.state, msg=f"step {step}")
 
     def test_buffer_matrix(self):
-        for runtime, use_python_runtime in self.RUNTIMES:
-            for name, cls in BUFFER_CASES:
-                with self.subTest(name, runtime=runtime):
-                    x = _inputs(1)[0].cuda()
-                    trt = self._compile(cls().cuda(), (x,), use_python_runtime)
-                    eager = cls().cuda()
-                    for step in range(3):
-                        self.assertEqual(trt(x.clone()), eager(x.clone()))
-                        self.assertEqual(
-                            trt.get_buffer("state"), eager.state, msg=f"{step}"
-                        )
+        for name, cls in BUFFER_CASES:
+            with self.subTest(name, runtime=self.RUNTIME):
+                x = _inputs(1)[0].cuda()
+                trt = self._compile(cls().cuda(), (x,))
+                eager = cls().cuda()
+                for step in range(3):
+                    self.assertEqual(trt(x.clone()), eager(x.clone()))
+                    self.assertEqual(
+                        trt.get_buffer("state"), eager.state, msg=f"{step}"
+                    )
 
 
 if __name__ == "__main__":

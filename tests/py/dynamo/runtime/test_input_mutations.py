@@ -21,6 +21,7 @@ from torch_tensorrt.dynamo._SourceIR import SourceIR
 from torch_tensorrt.dynamo.conversion import dynamo_tensorrt_converter, impl
 from torch_tensorrt.dynamo.runtime._input_mutations import (
     AliasedInputAddresses,
+    engine_stream,
     mutated_buffers,
     mutated_inputs,
     state_kept,
@@ -99,6 +100,13 @@ class TestMutatedInputsAndBuffers(TestCase):
 
 
 class TestAliasedInputAddresses(TestCase):
+    NAMES = ["x", "state"]
+
+    def _check(self, tracker, inputs, cudagraphs=True, stream="pool", **kwargs):
+        # the C++ runtime's manual graph path (standard TensorRT) unless told
+        kwargs.setdefault("internal_capture", False)
+        tracker.check("engine", self.NAMES, inputs, cudagraphs, stream=stream, **kwargs)
+
     def test_only_engines_with_aliased_inputs_are_tracked(self):
         self.assertIsNone(AliasedInputAddresses.of_engine(["x", "y"], set()))
         tracker = AliasedInputAddresses.of_engine(["x", "state", "y"], {"state"})
@@ -114,44 +122,140 @@ class TestAliasedInputAddresses(TestCase):
 
     def test_check_refuses_a_moved_input_while_the_graph_is_kept(self):
         tracker = AliasedInputAddresses([1])
-        names = ["x", "state"]
         x, state, other = torch.zeros(2), torch.zeros(4), torch.zeros(4)
-        tracker.check("engine", names, [x, state], cudagraphs=True)
-        tracker.check("engine", names, [torch.ones(2), state], cudagraphs=True)
+        self._check(tracker, [x, state])
+        # other inputs may move: the runtime copies them into its staging buffers
+        self._check(tracker, [torch.ones(2), state])
         with self.assertRaisesRegex(
             RuntimeError,
             r"TensorRT engine 'engine' updates input\(s\) \['state'\] in place and "
             r"runs as a CUDA graph captured with their addresses",
         ):
-            tracker.check("engine", names, [x, other], cudagraphs=True)
-        # the graph is still the one captured with `state`
-        tracker.check("engine", names, [x, state], cudagraphs=True)
-        # new shapes: the runtime captures again, with the new tensors
-        tracker.check("engine", names, [x, torch.zeros(5)], cudagraphs=True)
-        # out of CUDA graph mode anything goes; back in, the runtime captures again
-        tracker.check("engine", names, [x, other], cudagraphs=False)
-        tracker.check("engine", names, [x, state], cudagraphs=True)
+            self._check(tracker, [x, other])
+        # the refused call did not run: the graph is still the one captured with
+        # `state`, and moving on to `other` is refused again
+        self._check(tracker, [x, state])
+        with self.assertRaisesRegex(RuntimeError, "captured with their addresses"):
+            self._check(tracker, [x, other])
+
+    def test_a_moved_input_is_fine_where_the_cpp_runtime_records_again(self):
+        """Each condition under which set_runtime_states records lets the input move."""
+        x, state = torch.zeros(2), torch.zeros(4)
+        cases = {
+            # _validate_shapes: any input's shape, not only the aliased one's
+            "shape of another input": {"inputs": lambda moved: [torch.zeros(3), moved]},
+            "shape of the aliased input": {"inputs": lambda _: [x, torch.zeros(5)]},
+            # execute_engine: a new engine stream sets context_changed
+            "caller on another stream": {"stream": 7},
+            # old_cudagraphs is false
+            "CUDA graphs were off": {
+                "before": lambda t: self._check(t, [x, torch.zeros(4)], False)
+            },
+            # execution context recreated, optimization profile switched
+            "context changed": {"before": lambda t: t.context_changed()},
+        }
+        for case, how in cases.items():
+            with self.subTest(case):
+                tracker = AliasedInputAddresses([1])
+                self._check(tracker, [x, state])
+                self._check(tracker, [x, state])
+                how.get("before", lambda t: None)(tracker)
+                inputs = how.get("inputs", lambda moved: [x, moved])(torch.zeros(4))
+                stream = how.get("stream", "pool")
+                self._check(tracker, inputs, stream=stream)  # records
+                self._check(tracker, inputs, stream=stream)  # replays
+                # the graph kept now is the one recorded with the moved tensor
+                with self.assertRaisesRegex(RuntimeError, "captured with their"):
+                    self._check(tracker, [inputs[0], inputs[1].clone()], stream=stream)
+
+    def test_first_call_records(self):
+        tracker = AliasedInputAddresses([1])
+        self._check(tracker, [torch.zeros(2), torch.zeros(4)])
+        self.assertEqual(tracker._bound, (tracker._bound[0],))
+
+    def test_a_stream_change_alone_is_not_a_new_graph_on_the_same_stream(self):
+        tracker = AliasedInputAddresses([1])
+        x, state = torch.zeros(2), torch.zeros(4)
+        self._check(tracker, [x, state], stream=7)
+        self._check(tracker, [x, state], stream=7)
+        with self.assertRaisesRegex(RuntimeError, "captured with their addresses"):
+            self._check(tracker, [x, torch.zeros(4)], stream=7)
+        # back on the default stream: the pool stream, a different engine stream
+        self._check(tracker, [x, torch.zeros(4)], stream="pool")
+
+    def test_internal_capture_never_replays_stale_addresses(self):
+        """TensorRT-RTX captures inside enqueueV3 with the addresses bound per call."""
+        tracker = AliasedInputAddresses([1])
+        x = torch.zeros(2)
+        for _ in range(3):
+            self._check(tracker, [x, torch.zeros(4)], internal_capture=True)
+        # a later manual-graph call records first (old_cudagraphs is false)
+        self._check(tracker, [x, torch.zeros(4)])
+        with self.assertRaisesRegex(
+            RuntimeError, r"input 'state' in place .* is not contiguous"
+        ):
+            self._check(tracker, [x, torch.zeros(2, 2).t()], internal_capture=True)
+
+    def test_default_capture_follows_the_tensorrt_flavour(self):
+        tracker = AliasedInputAddresses([1])
+        x = torch.zeros(2)
+        tracker.check("engine", self.NAMES, [x, torch.zeros(4)], True, stream="pool")
+        moved = [x, torch.zeros(4)]
+        if ENABLED_FEATURES.tensorrt_rtx:
+            tracker.check("engine", self.NAMES, moved, True, stream="pool")
+        else:
+            with self.assertRaisesRegex(RuntimeError, "captured with their"):
+                tracker.check("engine", self.NAMES, moved, True, stream="pool")
+
+    def test_default_cudagraphs_mode_is_the_per_engine_mode(self):
+        tracker = AliasedInputAddresses([1])
+        x = torch.zeros(2)
+        for _ in range(2):  # per-engine CUDA graphs are off: nothing is kept
+            tracker.check("engine", self.NAMES, [x, torch.zeros(4)])
+
+    def test_engine_stream_keys(self):
+        default, other = unittest.mock.Mock(cuda_stream=0), unittest.mock.Mock(
+            cuda_stream=1234, device_index=0
+        )
+        with unittest.mock.patch.object(
+            torch.cuda, "default_stream", return_value=default
+        ), unittest.mock.patch.object(
+            torch.cuda, "current_device", return_value=0
+        ), unittest.mock.patch.object(
+            torch.cuda, "current_stream", side_effect=[default, other]
+        ):
+            self.assertEqual(engine_stream([torch.zeros(1)]), "pool")
+            self.assertEqual(engine_stream([torch.zeros(1)]), (0, 1234))
 
     def test_a_reloaded_tracker_forgets_the_addresses(self):
         import pickle
 
         state, other = torch.zeros(4), torch.zeros(4)
         tracker = AliasedInputAddresses([0])
-        tracker.check("engine", ["state"], [state], cudagraphs=True)
+        self.NAMES = ["state"]
+        self._check(tracker, [state])
         reloaded = pickle.loads(pickle.dumps(tracker))
         self.assertEqual(reloaded.positions, (0,))
         # a reloaded engine has no graph yet: it captures one with this tensor
-        reloaded.check("engine", ["state"], [other], cudagraphs=True)
+        self._check(reloaded, [other])
         with self.assertRaisesRegex(RuntimeError, "captured with their addresses"):
-            tracker.check("engine", ["state"], [other], cudagraphs=True)
+            self._check(tracker, [other])
+
+    def test_a_tracker_pickled_by_the_previous_version_loads(self):
+        tracker = AliasedInputAddresses.__new__(AliasedInputAddresses)
+        tracker.__setstate__({"positions": (0,), "_bound": (1,), "_shapes": None})
+        self.assertEqual(tracker.positions, (0,))
+        self.NAMES = ["state"]
+        self._check(tracker, [torch.zeros(4)])
 
     def test_check_refuses_a_non_contiguous_aliased_input(self):
         tracker = AliasedInputAddresses([0])
+        self.NAMES = ["state"]
         with self.assertRaisesRegex(
             RuntimeError, r"input 'state' in place .* is not contiguous"
         ):
-            tracker.check("engine", ["state"], [torch.zeros(4, 2).t()], True)
-        tracker.check("engine", ["state"], [torch.zeros(4, 2).t()], False)
+            self._check(tracker, [torch.zeros(4, 2).t()])
+        self._check(tracker, [torch.zeros(4, 2).t()], False)
 
 
 class TestAliasedIoAfterReload(TestCase):
@@ -193,56 +297,171 @@ class TestAliasedIoAfterReload(TestCase):
             self.assertEqual(loaded._captured_aliased_inputs.positions, (1,))
 
 
-@unittest.skipIf(
-    not torch.cuda.is_available(),
-    "Running TensorRT engines and CUDA graphs needs a CUDA device; this host has none.",
+# 2.14.0 picks the runtime once per process, when torch_tensorrt is imported:
+# the C++ runtime if torch_tensorrt/lib holds libtorchtrt.so or
+# libtorchtrt_runtime.so (_features.py, ENABLED_FEATURES.torch_tensorrt_runtime),
+# else the Python TRTEngine. `use_python_runtime` has no effect. A compiled module
+# runs on that runtime; with the C++ one loaded, the Python TRTEngine can only be
+# driven directly, from the module's engine info, as upstream's
+# test_aliased_io.py::TestPythonRuntimeAliasedIO does.
+RUNTIME = "cpp" if ENABLED_FEATURES.torch_tensorrt_runtime else "python"
+NO_GPU = (
+    "Running TensorRT engines and CUDA graphs needs a CUDA device; this host has none."
 )
-class TestCudaGraphsOnGpu(TestCase):
-    RUNTIMES = [("python", True)] + (
-        [("cpp", False)] if ENABLED_FEATURES.torch_tensorrt_runtime else []
-    )
 
-    def _compile(self, use_python_runtime):
+
+def _python_engine(trt_module):
+    """The Python TRTEngine of ``trt_module``'s engine with aliased I/O."""
+    from torch_tensorrt.dynamo.runtime._TRTEngine import TRTEngine
+
+    for _, module in trt_module.named_modules():
+        if isinstance(module, TorchTensorRTModule) and module.aliased_io:
+            if isinstance(module.engine, TRTEngine):
+                return module.engine
+            return TRTEngine(module._pack_engine_info())
+    raise AssertionError("the compiled module has no engine with aliased I/O")
+
+
+class KvCache(torch.nn.Module):
+    """TensorRT updates ``cache`` in place (kind ``kv_cache_update``)."""
+
+    def forward(self, cache, update):
+        cache[:, :, 3:4, :] = update
+        return cache.sum()
+
+
+@unittest.skipIf(not torch.cuda.is_available(), NO_GPU)
+class TestCudaGraphsOnGpu(TestCase):
+    def setUp(self):
+        torch_tensorrt.runtime.set_cudagraphs_mode(False)
+
+    def tearDown(self):
+        torch_tensorrt.runtime.set_cudagraphs_mode(False)
+
+    def _compile(self):
         args = (torch.randn(2, 4).cuda(), torch.randn(2, 4).cuda())
         ep = torch.export.export(BumpInputAndBuffer().cuda(), args)
         return torch_tensorrt.dynamo.compile(
             ep,
             arg_inputs=list(args),
             min_block_size=1,
-            use_python_runtime=use_python_runtime,
             torch_executed_ops={torch.ops.aten.sin.default},
         )
 
     def test_whole_graph_mode_updates_inputs_and_keeps_state_through_warm_up(self):
-        for runtime, use_python_runtime in self.RUNTIMES:
-            with self.subTest(runtime=runtime):
-                trt = self._compile(use_python_runtime)
-                eager = BumpInputAndBuffer().cuda()
-                x, y = torch.randn(2, 4).cuda(), torch.randn(2, 4).cuda()
-                x_eager = x.clone()
-                with torch_tensorrt.runtime.enable_cudagraphs(trt) as graphed:
-                    for step in range(3):
-                        self.assertEqual(
-                            graphed(x, y), eager(x_eager, y), msg=f"{step}"
-                        )
-                        self.assertEqual(x, x_eager, msg=f"{step}")
-                        self.assertEqual(trt.state, eager.state, msg=f"{step}")
+        with self.subTest(runtime=RUNTIME):
+            trt = self._compile()
+            eager = BumpInputAndBuffer().cuda()
+            x, y = torch.randn(2, 4).cuda(), torch.randn(2, 4).cuda()
+            x_eager = x.clone()
+            with torch_tensorrt.runtime.enable_cudagraphs(trt) as graphed:
+                for step in range(3):
+                    self.assertEqual(graphed(x, y), eager(x_eager, y), msg=f"{step}")
+                    self.assertEqual(x, x_eager, msg=f"{step}")
+                    self.assertEqual(trt.state, eager.state, msg=f"{step}")
 
     def test_per_engine_mode_with_a_moved_input(self):
-        for runtime, use_python_runtime in self.RUNTIMES:
-            with self.subTest(runtime=runtime):
-                trt = self._compile(use_python_runtime)
-                eager = BumpInputAndBuffer().cuda()
-                y = torch.randn(2, 4).cuda()
-                torch_tensorrt.runtime.set_cudagraphs_mode(True)
-                try:
-                    for step in range(3):
-                        x = torch.randn(2, 4).cuda()  # a new tensor every call
-                        x_eager = x.clone()
-                        self.assertEqual(trt(x, y), eager(x_eager, y), msg=f"{step}")
-                        self.assertEqual(x, x_eager, msg=f"{step}")
-                finally:
-                    torch_tensorrt.runtime.set_cudagraphs_mode(False)
+        """Inputs written back by copy (not aliased) may move: no error on either runtime."""
+        with self.subTest(runtime=RUNTIME):
+            trt = self._compile()
+            eager = BumpInputAndBuffer().cuda()
+            y = torch.randn(2, 4).cuda()
+            torch_tensorrt.runtime.set_cudagraphs_mode(True)
+            for step in range(3):
+                x = torch.randn(2, 4).cuda()  # a new tensor every call
+                x_eager = x.clone()
+                self.assertEqual(trt(x, y), eager(x_eager, y), msg=f"{step}")
+                self.assertEqual(x, x_eager, msg=f"{step}")
+
+
+@unittest.skipIf(not torch.cuda.is_available(), NO_GPU)
+class TestPerEngineCudaGraphsWithAnAliasedInput(TestCase):
+    """An engine that updates ``cache`` in place, under set_cudagraphs_mode(True)."""
+
+    def setUp(self):
+        torch_tensorrt.runtime.set_cudagraphs_mode(False)
+        cache = torch.zeros(1, 4, 16, 8, device="cuda")
+        update = torch.ones(1, 4, 1, 8, device="cuda")
+        ep = torch.export.export(KvCache().cuda(), (cache.clone(), update.clone()))
+        self.trt = torch_tensorrt.dynamo.compile(
+            ep, arg_inputs=[cache, update], min_block_size=1
+        )
+        if not any(
+            isinstance(m, TorchTensorRTModule) and m.aliased_io
+            for m in self.trt.modules()
+        ):
+            self.skipTest(
+                "This TensorRT did not alias the cache update (no aliased_io)."
+            )
+
+    def tearDown(self):
+        torch_tensorrt.runtime.set_cudagraphs_mode(False)
+
+    @staticmethod
+    def _update(value):
+        return torch.full((1, 4, 1, 8), float(value), device="cuda")
+
+    def _assert_written(self, cache, value):
+        expected = torch.zeros(1, 4, 16, 8, device="cuda")
+        expected[:, :, 3:4, :] = value
+        self.assertEqual(cache, expected)
+
+    def test_python_runtime_captures_again_for_a_moved_cache(self):
+        """Patch 0021's re-capture in the Python TRTEngine (its manual graph path;
+        on TensorRT-RTX the engine switches to RTX native graphs instead)."""
+        engine = _python_engine(self.trt)
+        names = list(engine.in_binding_names)
+
+        def run(cache, value):
+            inputs = {"cache": cache, "update": self._update(value)}
+            engine.execute([inputs[n] for n in names])
+            torch.cuda.synchronize()
+
+        torch_tensorrt.runtime.set_cudagraphs_mode(True)
+        first = torch.zeros(1, 4, 16, 8, device="cuda")
+        run(first, 1)  # captured with `first`
+        run(first, 2)  # replayed
+        self._assert_written(first, 2)
+        moved = torch.zeros(1, 4, 16, 8, device="cuda")
+        run(moved, 3)  # moved: captured again with `moved`
+        self._assert_written(moved, 3)
+        self._assert_written(first, 2)  # the old tensor is left alone
+        run(moved, 4)
+        self._assert_written(moved, 4)
+
+    @unittest.skipIf(
+        not ENABLED_FEATURES.torch_tensorrt_runtime,
+        "The C++ runtime library is not installed (lib/libtorchtrt_runtime.so).",
+    )
+    def test_cpp_runtime_refuses_a_moved_cache_only_when_it_would_replay(self):
+        torch_tensorrt.runtime.set_cudagraphs_mode(True)
+        first = torch.zeros(1, 4, 16, 8, device="cuda")
+        self.trt(first, self._update(1))  # recorded with `first`
+        self.trt(first, self._update(2))  # replayed
+        self._assert_written(first, 2)
+        moved = torch.zeros(1, 4, 16, 8, device="cuda")
+        if ENABLED_FEATURES.tensorrt_rtx:
+            # TensorRT-RTX captures inside enqueueV3 with this call's addresses
+            self.trt(moved, self._update(3))
+            self._assert_written(moved, 3)
+        else:
+            # same shapes, same stream: the C++ runtime would replay into `first`
+            with self.assertRaisesRegex(RuntimeError, "captured with their addresses"):
+                self.trt(moved, self._update(3))
+            self._assert_written(first, 2)  # nothing was written
+            self._assert_written(moved, 0)
+        # the C++ runtime records again in each of these cases: no error
+        moved = torch.zeros(1, 4, 16, 8, device="cuda")
+        with torch.cuda.stream(torch.cuda.Stream()):  # another engine stream
+            self.trt(moved, self._update(4))
+            torch.cuda.current_stream().synchronize()
+        self._assert_written(moved, 4)
+        torch_tensorrt.runtime.set_cudagraphs_mode(False)
+        self.trt(moved, self._update(5))
+        torch_tensorrt.runtime.set_cudagraphs_mode(True)
+        moved = torch.zeros(1, 4, 16, 8, device="cuda")
+        self.trt(moved, self._update(6))  # graphs were off in the previous call
+        self._assert_written(moved, 6)
 
 
 if __name__ == "__main__":
