@@ -1,0 +1,126 @@
+"""Metadata of graph inputs and outputs for symbolic shape capture.
+
+``extract_symbolic_shape_expressions`` reads ``meta["val"]`` of every input and
+output of the graph it converts. Passes that add nodes after the last
+fake-tensor propagation (e.g. the ``copy_`` write-backs that
+``ExportedProgram.module()`` appends) leave nodes without it. This module
+recovers that metadata where it can and otherwise names the node, its op and
+the graph partition in the error, so the user knows which pass to look at
+(https://github.com/pytorch/TensorRT/issues/4240).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, List
+
+import torch
+from torch._guards import detect_fake_mode
+from torch.fx.node import map_arg
+from torch.fx.passes.shape_prop import TensorMetadata
+from torch.utils._pytree import tree_leaves
+
+logger = logging.getLogger(__name__)
+
+
+def is_none_output(out_arg: Any) -> bool:
+    """Whether a graph output has no value: a literal ``None`` or a node whose
+    ``meta["val"]`` is ``None`` (e.g. an op returning nothing).
+
+    Such an output has no tensor, so the engine has no binding for it: the
+    interpreter does not mark it and ``get_output_dtypes`` gives it no dtype.
+    """
+    if out_arg is None:
+        return True
+    return (
+        isinstance(out_arg, torch.fx.Node)
+        and "val" in out_arg.meta
+        and out_arg.meta["val"] is None
+    )
+
+
+def node_value(node: Any, graph_name: str = "") -> Any:
+    """The value a graph input or output has in the node metadata.
+
+    Args:
+        node (Any): Element of the output node's arguments, or a placeholder
+        graph_name (str): Name of the graph partition, for the error message
+
+    Returns:
+        ``meta["val"]`` if present; else ``meta["tensor_meta"]`` (a
+        ``TensorMetadata``, which has ``shape`` and ``dtype``); else the value
+        derived by running the node's op on the fake values of its arguments,
+        which is also stored in ``meta["val"]`` for later consumers.
+
+    Raises:
+        RuntimeError: if none of these is available, naming the node, its op
+            and the graph partition.
+    """
+    if isinstance(node, torch.fx.Node):
+        if "val" in node.meta:
+            return node.meta["val"]
+        if isinstance(node.meta.get("tensor_meta"), TensorMetadata):
+            return node.meta["tensor_meta"]
+        derived = _derive_value(node)
+        if derived is not None:
+            logger.debug(
+                f"Derived the missing metadata of node '{node.name}' from its inputs"
+            )
+            node.meta["val"] = derived
+            return derived
+    raise RuntimeError(
+        f"Failed to extract symbolic shape expressions: {describe_node(node, graph_name)} "
+        "has no shape metadata (neither meta['val'] nor meta['tensor_meta']) and it "
+        "could not be derived from its inputs. The node was probably created by a "
+        "graph pass after the last fake tensor propagation without copying the metadata."
+    )
+
+
+def unsupported_value_error(node: Any, value: Any, graph_name: str) -> RuntimeError:
+    """The error for an input or output whose value is neither a tensor nor a scalar."""
+    return RuntimeError(
+        f"Failed to extract symbolic shape expressions: {describe_node(node, graph_name)} "
+        f"has a value of type {type(value).__name__}; a TensorRT engine input or "
+        "output must be a tensor or a scalar."
+    )
+
+
+def no_outputs_error(output_args: List[Any], graph_name: str) -> RuntimeError:
+    """The error for a graph without a tensor output."""
+    return RuntimeError(
+        f"Failed to extract symbolic shape expressions: {_describe_graph(graph_name)} "
+        f"has no tensor outputs (outputs: {output_args}); a TensorRT engine needs "
+        "at least one."
+    )
+
+
+def describe_node(node: Any, graph_name: str) -> str:
+    """``node 'name' (op target) in graph partition 'graph_name'``"""
+    if not isinstance(node, torch.fx.Node):
+        return f"output {node!r} in {_describe_graph(graph_name)}"
+    op = node.target if node.op == "call_function" else node.op
+    return f"node '{node.name}' (op {op}) in {_describe_graph(graph_name)}"
+
+
+def _describe_graph(graph_name: str) -> str:
+    return f"graph partition '{graph_name}'" if graph_name else "the converted graph"
+
+
+def _derive_value(node: torch.fx.Node) -> Any:
+    """Run the node's op on the fake values of its arguments; None if impossible."""
+    if node.op != "call_function":
+        return None
+    arg_nodes: List[torch.fx.Node] = []
+    map_arg((node.args, node.kwargs), arg_nodes.append)
+    if not arg_nodes or any("val" not in arg.meta for arg in arg_nodes):
+        return None
+    args, kwargs = map_arg((node.args, node.kwargs), lambda arg: arg.meta["val"])
+    fake_mode = detect_fake_mode(tree_leaves((args, kwargs)))
+    if fake_mode is None:
+        return None
+    try:
+        with fake_mode:
+            return node.target(*args, **kwargs)
+    except Exception as e:
+        logger.debug(f"Could not derive the value of node '{node.name}': {e}")
+        return None
