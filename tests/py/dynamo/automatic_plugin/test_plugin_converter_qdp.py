@@ -277,6 +277,13 @@ if HAVE_QDP:
     for _bad, (_outputs, _n, _) in _state_update_registrations().items():
         _register_bad(_bad, _outputs, _n)
 
+    def _define_elementwise(qualname, schema):
+        """A custom op whose (fake) result is shaped like its first argument."""
+        torch.library.define(qualname, schema)
+        torch.library.register_fake(qualname)(
+            lambda *args, **kwargs: torch.empty_like(args[0])
+        )
+
     # Tensor[] return, two mutated arguments and an optional tensor
     torch.library.define(
         "qdp_conv::chunk_update",
@@ -300,11 +307,8 @@ if HAVE_QDP:
         raise AssertionError("run by TensorRT only")
 
     # attributes that do not match the op
-    torch.library.define(
+    _define_elementwise(
         "qdp_bad::attr_missing", "(Tensor x, float alpha, int n) -> Tensor"
-    )
-    torch.library.register_fake("qdp_bad::attr_missing")(
-        lambda x, alpha, n: torch.empty_like(x)
     )
 
     @trtp.register("qdp_bad::attr_missing")
@@ -313,19 +317,13 @@ if HAVE_QDP:
     ) -> Tuple[trtp.TensorDesc]:
         return (x.like(),)
 
-    torch.library.define("qdp_bad::attr_type", "(Tensor x, float alpha) -> Tensor")
-    torch.library.register_fake("qdp_bad::attr_type")(
-        lambda x, alpha: torch.empty_like(x)
-    )
+    _define_elementwise("qdp_bad::attr_type", "(Tensor x, float alpha) -> Tensor")
 
     @trtp.register("qdp_bad::attr_type")
     def _attr_type_desc(x: trtp.TensorDesc, alpha: str) -> Tuple[trtp.TensorDesc]:
         return (x.like(),)
 
-    torch.library.define("qdp_bad::input_names", "(Tensor state, Tensor x) -> Tensor")
-    torch.library.register_fake("qdp_bad::input_names")(
-        lambda state, x: torch.empty_like(x)
-    )
+    _define_elementwise("qdp_bad::input_names", "(Tensor state, Tensor x) -> Tensor")
 
     @trtp.register("qdp_bad::input_names")
     def _input_names_desc(
@@ -334,10 +332,7 @@ if HAVE_QDP:
         return (inp0.like(),)
 
     # scalar (Python float) attribute: QDP 11.1 + NumPy >= 2.4 cannot create it
-    torch.library.define("qdp_conv::scale", "(Tensor x, float factor) -> Tensor")
-    torch.library.register_fake("qdp_conv::scale")(
-        lambda x, factor: torch.empty_like(x)
-    )
+    _define_elementwise("qdp_conv::scale", "(Tensor x, float factor) -> Tensor")
 
     @trtp.register("qdp_conv::scale")
     def _scale_desc(x: trtp.TensorDesc, factor: float) -> Tuple[trtp.TensorDesc]:
@@ -348,8 +343,7 @@ if HAVE_QDP:
         raise AssertionError("run by TensorRT only")
 
     # a str attribute on a JIT plugin
-    torch.library.define("qdp_conv::moded", "(Tensor x, str mode) -> Tensor")
-    torch.library.register_fake("qdp_conv::moded")(lambda x, mode: torch.empty_like(x))
+    _define_elementwise("qdp_conv::moded", "(Tensor x, str mode) -> Tensor")
 
     @trtp.register("qdp_conv::moded")
     def _moded_desc(x: trtp.TensorDesc, mode: str) -> Tuple[trtp.TensorDesc]:
@@ -360,12 +354,7 @@ if HAVE_QDP:
         raise AssertionError("run by TensorRT only")
 
     # an aot_impl that declares a subset of the attributes
-    torch.library.define(
-        "qdp_conv::two_attrs", "(Tensor x, float a, float b) -> Tensor"
-    )
-    torch.library.register_fake("qdp_conv::two_attrs")(
-        lambda x, a, b: torch.empty_like(x)
-    )
+    _define_elementwise("qdp_conv::two_attrs", "(Tensor x, float a, float b) -> Tensor")
 
     @trtp.register("qdp_conv::two_attrs")
     def _two_attrs_desc(
