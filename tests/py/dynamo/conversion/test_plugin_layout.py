@@ -236,7 +236,15 @@ trt_layout.update_and_read.default: return 0, new state (aliases input 'state'),
     def test_plugin_checks_name_op_and_layouts(self):
         layout = PluginLayout.from_op(torch.ops.trt_layout.update_and_read.default)
         attrs = {"alpha": float}
-        layout.validate_plugin("ns::p", ["state", "x", "count"], attrs, 3, [1])
+        self.assertEqual(
+            layout.validate_plugin("ns::p", ["state", "x", "count"], attrs, 3, [1]),
+            ("state", "x", "count"),
+        )
+        # inputs by name: any order, case-insensitively when unambiguous
+        self.assertEqual(
+            layout.validate_plugin("ns::p", ["X", "Count", "state"], attrs, 3, [1]),
+            ("x", "count", "state"),
+        )
         with self.assertRaisesRegex(
             ValueError,
             r"ns::p declares 1 output\(s\), but trt_layout.update_and_read.default "

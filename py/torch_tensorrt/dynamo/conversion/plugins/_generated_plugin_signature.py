@@ -22,11 +22,11 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-import numpy as np
 import torch
 from torch_tensorrt._enums import dtype
+from torch_tensorrt.dynamo.conversion.plugins._plugin_layout import PluginLayout
 
 logger = logging.getLogger(__name__)
 
@@ -35,12 +35,6 @@ _RESERVED_NAMES = ("outputs", "stream", "tactic")
 
 # Rejected by ``Tensor.__cuda_array_interface__`` itself in TensorRT 11.1
 _REJECTED_BY_CUDA_ARRAY_INTERFACE = ("BF16", "FP8", "INT4")
-
-
-def _is_tensor(arg_type: Any) -> bool:
-    if isinstance(arg_type, torch.OptionalType):
-        arg_type = arg_type.getElementType()
-    return isinstance(arg_type, torch.TensorType)
 
 
 @dataclass(frozen=True)
@@ -57,43 +51,44 @@ class GeneratedPluginSignature:
     def from_op(
         cls,
         plugin_name: str,
-        op: torch._ops.OpOverload,
+        layout: PluginLayout,
         attr_annotations: Mapping[str, Any],
     ) -> GeneratedPluginSignature:
-        """``attr_annotations``: the QDP annotation per attribute schema type name."""
-        tensor_args: List[str] = []
-        attr_args: List[str] = []
+        """``attr_annotations``: the QDP annotation per attribute schema type name.
+
+        Tensors and attributes are the layout's (``Tensor?`` arguments are
+        inputs too: the plugin needs a tensor for each, the converter rejects
+        None).
+        """
+        op = layout.op
+        schema_types = {a.name: a.type for a in op._schema.arguments}
+        reserved = [a for a in schema_types if a in _RESERVED_NAMES]
+        if reserved:
+            raise ValueError(
+                f"{plugin_name}: argument '{reserved[0]}' of {op} has a name that "
+                f"tensorrt.plugin reserves ({', '.join(_RESERVED_NAMES)}); rename it "
+                "to generate a plugin"
+            )
         annotations: List[Any] = []
-        for arg in op._schema.arguments:
-            if arg.name in _RESERVED_NAMES:
-                raise ValueError(
-                    f"{plugin_name}: argument '{arg.name}' of {op} has a name that "
-                    f"tensorrt.plugin reserves ({', '.join(_RESERVED_NAMES)}); rename it "
-                    "to generate a plugin"
-                )
-            if _is_tensor(arg.type):
-                # Tensor? too: the plugin needs a tensor for each input, the
-                # converter rejects None
-                tensor_args.append(arg.name)
-                continue
-            annotation = attr_annotations.get(str(arg.type))
+        for name in layout.attr_args:
+            annotation = attr_annotations.get(str(schema_types[name]))
             if annotation is None:
                 raise ValueError(
-                    f"{plugin_name}: argument '{arg.name}' of {op} has type "
-                    f"{arg.type}, which a generated plugin cannot take: Tensor and "
-                    "Tensor? arguments become plugin inputs, "
-                    f"{', '.join(attr_annotations)} arguments plugin attributes; register the plugin with "
-                    "tensorrt.plugin.register and use generate_plugin_converter"
+                    f"{plugin_name}: argument '{name}' of {op} has type "
+                    f"{schema_types[name]}, which a generated plugin cannot take: "
+                    "Tensor and Tensor? arguments become plugin inputs, "
+                    f"{', '.join(attr_annotations)} arguments plugin attributes; "
+                    "register the plugin with tensorrt.plugin.register and use "
+                    "generate_plugin_converter"
                 )
-            attr_args.append(arg.name)
             annotations.append(annotation)
-        if not tensor_args:
+        if not layout.tensor_args:
             raise ValueError(
                 f"{plugin_name}: {op} has no Tensor argument; a TensorRT plugin needs "
                 "at least one input tensor"
             )
         return cls(
-            plugin_name, op, tuple(tensor_args), tuple(attr_args), tuple(annotations)
+            plugin_name, op, layout.tensor_args, layout.attr_args, tuple(annotations)
         )
 
     @property
@@ -129,37 +124,27 @@ class GeneratedPluginSignature:
             f"def {func_name}({', '.join(params)}):\n    return {target}({forwarded})\n"
         )
 
-    def op_call(self, values: Mapping[str, Any]) -> Tuple[List[Any], Dict[str, Any]]:
+    def op_call(
+        self, values: Mapping[str, Any], attr_to_python: Callable[[Any], Any]
+    ) -> Tuple[List[Any], Dict[str, Any]]:
         """Arguments for calling the op, in schema order, from values by name.
 
         Positional schema arguments are passed positionally, keyword-only ones as
-        keywords. Every schema argument is a plugin input or attribute, so every
-        value is present.
+        keywords; attributes go through ``attr_to_python`` (QDP hands them over
+        as one-element arrays). Every schema argument is a plugin input or
+        attribute, so every value is present.
         """
         args: List[Any] = []
         kwargs: Dict[str, Any] = {}
         for arg in self.op._schema.arguments:
             value = values[arg.name]
             if arg.name in self.attr_args:
-                value = _scalar_attr_to_python(value)
+                value = attr_to_python(value)
             if arg.kwarg_only:
                 kwargs[arg.name] = value
             else:
                 args.append(value)
         return args, kwargs
-
-
-def _scalar_attr_to_python(value: Any) -> Any:
-    """A QDP scalar attribute (a one-element array) as a Python scalar."""
-    if isinstance(value, np.ndarray):
-        if value.size != 1:
-            raise ValueError(
-                f"Expected a scalar plugin attribute, got an array of shape {value.shape}"
-            )
-        return value.reshape(()).item()
-    if isinstance(value, np.generic):
-        return value.item()
-    return value
 
 
 def cuda_array_interface_dtypes() -> Tuple[Any, ...]:

@@ -18,6 +18,7 @@ import numpy as np
 import tensorrt as trt
 import torch
 from torch.fx.node import Argument, Target
+from torch_tensorrt._enums import dtype as _dtype
 from torch_tensorrt.dynamo.conversion._ConversionContext import (
     AliasedOutput,
     AliasKind,
@@ -176,21 +177,10 @@ def _check_output_dtypes(
     return_lengths: Sequence[int],
 ) -> None:
     """Each plugin output's dtype must be the dtype of the op's (fake) result."""
-    from torch_tensorrt._enums import dtype as _dtype
-
     val = node.meta.get("val") if node is not None else None
     if val is None:
         return
-    if layout.mutated:
-        returns = list(val[: len(layout.returns)])
-        new_values = list(val[len(layout.returns) :])
-    else:
-        returns = [val] if len(layout.returns) == 1 else list(val)
-        new_values = []
-    expected: List[Any] = []
-    for value in returns:
-        expected += list(value) if isinstance(value, (list, tuple)) else [value]
-    expected += new_values
+    expected = layout.flat_outputs(val)
     labels = layout.outputs(return_lengths)
     for (label, _), (out_dtype, _), fake in zip(labels, plugin_outputs, expected):
         if not isinstance(fake, torch.Tensor):
@@ -230,14 +220,13 @@ def add_plugin_for_op(
     values = layout.bind(args, kwargs)
     node = ctx.current_node
     return_lengths = layout.return_lengths(node.meta.get("val") if node else None)
-    layout.validate_plugin(
+    plugin_inputs = layout.validate_plugin(
         plugin_id,
         plugin_def.input_tensor_names,
         plugin_def.input_attrs,
         plugin_def.num_outputs,
         return_lengths,
     )
-    plugin_inputs = layout.match_plugin_inputs(plugin_id, plugin_def.input_tensor_names)
     _check_scalar_attributes(layout, plugin_id, plugin_def.input_attrs)
     if use_aot:
         _check_aot_attributes(layout, plugin_id, plugin_def)

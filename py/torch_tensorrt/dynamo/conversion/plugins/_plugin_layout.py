@@ -21,11 +21,9 @@ tensor; this layout is the translation between the two.
 from __future__ import annotations
 
 import logging
-import typing
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-import numpy as np
 import torch
 from torch_tensorrt.dynamo.conversion._functionalized_op import (
     FunctionalizedOp,
@@ -46,11 +44,6 @@ def _is_tensor(arg_type: Any) -> bool:
 
 # The QDP attribute type that carries each scalar schema type
 _SCHEMA_ATTR_TYPES = {"float": float, "int": int, "bool": bool, "str": str}
-
-
-def _is_array_annotation(annotation: Any) -> bool:
-    """``numpy.ndarray`` or ``numpy.typing.NDArray[...]`` (its origin is ndarray)."""
-    return annotation is np.ndarray or typing.get_origin(annotation) is np.ndarray
 
 
 def _is_tensor_list(arg_type: Any) -> bool:
@@ -131,23 +124,38 @@ class PluginLayout:
                 raise ValueError(f"{self.op}: no value for argument '{arg.name}'")
         return values
 
+    def split_result(self, result: Any) -> Tuple[Tuple[Any, ...], List[Any]]:
+        """``(returns, new values)`` of a call's result.
+
+        ``result`` is what the op returns (a bare value for one return), or for
+        the functional form of a mutating op its returns followed by the new
+        value of each mutated argument, as ``meta["val"]`` of the node holds it.
+        """
+        if self.mutated:
+            n = len(self.returns)
+            return tuple(result[:n]), list(result[n:])
+        if len(self.returns) == 1:
+            return (result,), []
+        return tuple(result or ()), []
+
+    def flat_outputs(self, result: Any) -> List[Any]:
+        """One value per plugin output: returns (``Tensor[]`` flattened), new values."""
+        returns, new_values = self.split_result(result)
+        flat: List[Any] = []
+        for kind, value in zip(self.returns, returns):
+            flat += list(value) if kind == TENSOR_LIST else [value]
+        return flat + new_values
+
     def return_lengths(self, node_val: Any) -> List[int]:
         """Outputs per schema return: 1 per Tensor, the list's length per Tensor[].
 
-        ``node_val`` is ``meta["val"]`` of the node being converted: the op's
-        (fake) result, or for the functional form of a mutating op, its returns
-        followed by the new values. It is only read for ``Tensor[]`` returns.
+        ``node_val`` is ``meta["val"]`` of the node being converted (see
+        :meth:`split_result`). It is only read for ``Tensor[]`` returns.
         """
         if TENSOR_LIST not in self.returns:
             return [1] * len(self.returns)
-        if self.mutated:
-            returns_value = tuple(node_val[: len(self.returns)])
-        elif len(self.returns) == 1:
-            returns_value = (node_val,)
-        else:
-            returns_value = tuple(node_val)
         lengths = []
-        for kind, value in zip(self.returns, returns_value):
+        for kind, value in zip(self.returns, self.split_result(node_val)[0]):
             if kind == TENSOR:
                 lengths.append(1)
             elif not isinstance(value, (list, tuple)):
@@ -166,18 +174,8 @@ class PluginLayout:
         (a ``Tensor[]`` return flattened), then the new value of each mutated
         argument, which has that argument's shape and dtype.
         """
-        if self.mutated:
-            result = FunctionalizedOp(self.op)(*args, **kwargs)
-            returns = tuple(result[: len(self.returns)])
-            new_values = list(result[len(self.returns) :])
-        else:
-            result = self.op(*args, **kwargs)
-            returns = (result,) if len(self.returns) == 1 else tuple(result)
-            new_values = []
-        flat: List[Any] = []
-        for kind, value in zip(self.returns, returns):
-            flat += list(value) if kind == TENSOR_LIST else [value]
-        return flat + new_values
+        target = FunctionalizedOp(self.op) if self.mutated else self.op
+        return self.flat_outputs(target(*args, **kwargs))
 
     def outputs(self, return_lengths: Sequence[int]) -> List[Tuple[str, Optional[str]]]:
         """Plugin outputs in order: ``("return i[.j]", None)`` or ``("new X", "X")``."""
@@ -233,7 +231,7 @@ class PluginLayout:
         input_attrs: Mapping[str, Any],
         num_outputs: int,
         return_lengths: Sequence[int],
-    ) -> None:
+    ) -> Tuple[str, ...]:
         """Check a registered plugin's inputs, attributes and output count against the schema.
 
         ``input_attrs`` maps each plugin attribute to its annotation (QDP's
@@ -241,8 +239,15 @@ class PluginLayout:
         attribute (a value the plugin does not take would be dropped) and every
         attribute an argument, of a type that can carry it: the same Python
         type, or a one-element NumPy array (``numpy.typing.NDArray[...]``).
+        Returns the schema argument feeding each plugin input
+        (:meth:`match_plugin_inputs`).
         """
-        self.match_plugin_inputs(plugin_id, input_tensor_names)
+        # the converter module reads QDP annotations; imported here, as it imports us
+        from torch_tensorrt.dynamo.conversion.plugins._generate_plugin_converter import (
+            _is_numpy_attr_annotation,
+        )
+
+        plugin_inputs = self.match_plugin_inputs(plugin_id, input_tensor_names)
         missing = [a for a in self.attr_args if a not in input_attrs]
         unknown = [a for a in input_attrs if a not in self.attr_args]
         if missing or unknown:
@@ -257,7 +262,7 @@ class PluginLayout:
         schema_types = {a.name: str(a.type) for a in self.op._schema.arguments}
         for name, annotation in input_attrs.items():
             expected = _SCHEMA_ATTR_TYPES.get(schema_types[name])
-            if expected is None or _is_array_annotation(annotation):
+            if expected is None or _is_numpy_attr_annotation(annotation):
                 continue
             if annotation is not expected:
                 raise ValueError(
@@ -273,6 +278,7 @@ class PluginLayout:
                 f"{self.op} needs {len(expected_outputs)}: "
                 f"{self.describe(return_lengths)}"
             )
+        return plugin_inputs
 
     def validate_aliasing(
         self,
