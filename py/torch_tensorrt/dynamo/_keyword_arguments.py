@@ -12,7 +12,7 @@ import difflib
 import inspect
 import logging
 from dataclasses import fields
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict
 
 from torch_tensorrt.dynamo._settings import CompilationSettings
 
@@ -34,29 +34,23 @@ _TRACE_KEYWORD_ARGUMENTS = frozenset({"strict"})
 
 
 def check_keyword_arguments(
-    function: Callable[..., Any],
-    kwargs: Dict[str, Any],
-    fixed: Optional[Dict[str, Any]] = None,
+    function: Callable[..., Any], kwargs: Dict[str, Any]
 ) -> None:
     """Reject keyword arguments that ``function`` would ignore.
 
     Accepted in ``kwargs``: the known deprecated names, options of
-    ``torch_tensorrt.dynamo.trace``, ``CompilationSettings`` fields and the
-    ``fixed`` options; a field that ``function`` does not apply, or a ``fixed``
-    option with another value, is reported with a warning.
+    ``torch_tensorrt.dynamo.trace`` and ``CompilationSettings`` fields; a field
+    that ``function`` does not apply is reported with a warning.
 
     Args:
         function (Callable): The entry point whose ``**kwargs`` these are
         kwargs (Dict[str, Any]): Its ``**kwargs``
-        fixed (Optional[Dict[str, Any]]): Options of a sibling entry point that
-            ``function`` always applies with the given value
 
     Raises:
         TypeError: naming the function, every unknown keyword and the accepted
             names closest to each
     """
-    fixed = fixed or {}
-    parameters = set(inspect.signature(function).parameters) | set(fixed)
+    parameters = set(inspect.signature(function).parameters)
     settings_fields = {f.name for f in fields(CompilationSettings)}
     accepted = (
         parameters
@@ -94,9 +88,3 @@ def check_keyword_arguments(
             f"{qualified_name}() does not take the compilation setting(s) "
             f"{ignored}; they have no effect"
         )
-    for key, value in fixed.items():
-        if key in kwargs and kwargs[key] != value:
-            logger.warning(
-                f"{qualified_name}() always applies `{key}={value}`; "
-                f"`{key}={kwargs[key]}` has no effect"
-            )

@@ -131,16 +131,15 @@ class TestAcceptedKeywordArguments(TestCase):
         with self.assertRaisesRegex(ValueError, r"cross_compile_for_windows"):
             _dryrun(enable_cross_compile_for_windows=True)
 
-    def test_compile_accepts_lift_mutable_buffers_which_it_always_applies(self):
-        with self.assertNoLogs("torch_tensorrt.dynamo._keyword_arguments"):
+    def test_compile_rejects_the_serialized_engine_only_lift_option(self):
+        # compile() always lifts mutated buffers; the option belongs to
+        # convert_exported_program_to_serialized_trt_engine
+        with self.assertRaisesRegex(
+            TypeError,
+            r"torch_tensorrt.dynamo.compile\(\) got unexpected keyword argument "
+            r"'lift_mutable_buffers'",
+        ):
             _dryrun(lift_mutable_buffers=True)
-        with self.assertLogs(
-            "torch_tensorrt.dynamo._keyword_arguments", level="WARNING"
-        ) as logs:
-            _dryrun(lift_mutable_buffers=False)
-        self.assertIn(
-            "always applies `lift_mutable_buffers=True`", "\n".join(logs.output)
-        )
 
     def test_strict_from_torch_tensorrt_compile_is_accepted(self):
         # torch_tensorrt.compile(ir="dynamo") passes its kwargs to trace and compile

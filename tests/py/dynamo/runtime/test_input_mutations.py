@@ -66,17 +66,15 @@ class TestMutatedInputsAndBuffers(TestCase):
     def test_found_wherever_the_partitioner_puts_the_write_back(self):
         args = (torch.randn(2, 4), torch.randn(2, 4))
         for fast in (False, True):
-            for lift in (False, True):
-                with self.subTest(use_fast_partitioner=fast, lift_mutable_buffers=lift):
-                    gm = _dryrun(
-                        BumpInputAndBuffer(),
-                        args,
-                        use_fast_partitioner=fast,
-                        lift_mutable_buffers=lift,
-                        torch_executed_ops={torch.ops.aten.sin.default},
-                    )
-                    self.assertEqual(mutated_inputs(gm), [0])
-                    self.assertEqual(mutated_buffers(gm), ["state"])
+            with self.subTest(use_fast_partitioner=fast):
+                gm = _dryrun(
+                    BumpInputAndBuffer(),
+                    args,
+                    use_fast_partitioner=fast,
+                    torch_executed_ops={torch.ops.aten.sin.default},
+                )
+                self.assertEqual(mutated_inputs(gm), [0])
+                self.assertEqual(mutated_buffers(gm), ["state"])
 
     def test_modules_without_mutations_or_graphs(self):
         class Plain(torch.nn.Module):
@@ -90,7 +88,7 @@ class TestMutatedInputsAndBuffers(TestCase):
 
     def test_state_kept_restores_what_a_warm_up_advances(self):
         args = (torch.randn(2, 4), torch.randn(2, 4))
-        gm = _dryrun(BumpInputAndBuffer(), args, lift_mutable_buffers=True)
+        gm = _dryrun(BumpInputAndBuffer(), args)
         with state_kept(gm):
             gm(*[a.clone() for a in args])
             self.assertEqual(gm.state, torch.ones(2, 4))
