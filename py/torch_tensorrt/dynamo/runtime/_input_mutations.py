@@ -98,7 +98,8 @@ class AliasedInputAddresses:
 
         The C++ runtime sets ``context_changed`` when it recreates the execution
         context (runtime settings, weight-streaming budget) or switches the
-        optimization profile by hand; the module calls this when it does those.
+        optimization profile by hand; the module says so through
+        :func:`engine_context_changes`.
         """
         self._context_changed = True
 
@@ -172,6 +173,27 @@ class AliasedInputAddresses:
             self._stream = stream
         if records:
             self._bound = bound
+
+
+def engine_context_changes(
+    tracker: Optional[AliasedInputAddresses],
+    engine: Any,
+    profile_index: Optional[int] = None,
+) -> None:
+    """Tell ``tracker`` that the C++ runtime records its graph again on the next call.
+
+    Call before the module changes the engine's weight-streaming budget
+    (``profile_index`` None: ``TRTEngine::set_device_memory_budget`` always
+    recreates the execution context) or switches its optimization profile by
+    hand (``set_active_profile_with_stream`` changes the context only for
+    another profile than the active one). Automatic profile selection happens
+    only on a shape change, which records anyway.
+    """
+    if tracker is None:
+        return
+    active = getattr(engine, "_active_profile_index", profile_index)
+    if profile_index is None or active != profile_index:
+        tracker.context_changed()
 
 
 def engine_stream(inputs: Sequence[torch.Tensor]) -> Hashable:

@@ -8,6 +8,7 @@ tests run the CUDA graph modes themselves.
 """
 
 import copy
+import types
 import unittest
 import unittest.mock
 
@@ -21,6 +22,7 @@ from torch_tensorrt.dynamo._SourceIR import SourceIR
 from torch_tensorrt.dynamo.conversion import dynamo_tensorrt_converter, impl
 from torch_tensorrt.dynamo.runtime._input_mutations import (
     AliasedInputAddresses,
+    engine_context_changes,
     engine_stream,
     mutated_buffers,
     mutated_inputs,
@@ -139,6 +141,7 @@ class TestAliasedInputAddresses(TestCase):
     def test_a_moved_input_is_fine_where_the_cpp_runtime_records_again(self):
         """Each condition under which set_runtime_states records lets the input move."""
         x, state = torch.zeros(2), torch.zeros(4)
+        profile_engine = types.SimpleNamespace(_active_profile_index=0)
         cases = {
             # _validate_shapes: any input's shape, not only the aliased one's
             "shape of another input": {"inputs": lambda moved: [torch.zeros(3), moved]},
@@ -151,6 +154,12 @@ class TestAliasedInputAddresses(TestCase):
             },
             # execution context recreated, optimization profile switched
             "context changed": {"before": lambda t: t.context_changed()},
+            "weight-streaming budget set": {
+                "before": lambda t: engine_context_changes(t, profile_engine)
+            },
+            "another optimization profile": {
+                "before": lambda t: engine_context_changes(t, profile_engine, 1)
+            },
         }
         for case, how in cases.items():
             with self.subTest(case):
@@ -165,6 +174,18 @@ class TestAliasedInputAddresses(TestCase):
                 # the graph kept now is the one recorded with the moved tensor
                 with self.assertRaisesRegex(RuntimeError, "captured with their"):
                     self._check(tracker, [inputs[0], inputs[1].clone()], stream=stream)
+
+    def test_the_active_optimization_profile_again_is_no_new_graph(self):
+        # set_active_profile_with_stream returns early for the active profile
+        x, state = torch.zeros(2), torch.zeros(4)
+        tracker = AliasedInputAddresses([1])
+        self._check(tracker, [x, state])
+        engine_context_changes(
+            tracker, types.SimpleNamespace(_active_profile_index=1), 1
+        )
+        with self.assertRaisesRegex(RuntimeError, "captured with their addresses"):
+            self._check(tracker, [x, torch.zeros(4)])
+        engine_context_changes(None, object())  # no tracker: nothing to tell
 
     def test_first_call_records(self):
         tracker = AliasedInputAddresses([1])
