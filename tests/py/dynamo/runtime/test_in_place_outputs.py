@@ -1,0 +1,184 @@
+# type: ignore
+"""The Python runtime returns an engine input written in place without cloning it.
+
+The CPU tests check the bookkeeping the Python runtime's ``tensorrt::execute_engine``
+(``op_outputs``, the fake kernel's ``returned_outputs``) and
+``TorchTensorRTModule.forward`` share. The GPU test drives the Python
+``TRTEngine`` of a compiled module (the C++ runtime, when its library ships, owns
+``tensorrt::execute_engine``) and checks that the state it returns is the
+caller's tensor, updated in place.
+"""
+
+import unittest
+import unittest.mock
+
+import torch
+import torch_tensorrt
+from torch.testing._internal.common_utils import TestCase, run_tests
+from torch_tensorrt.dynamo.runtime._in_place_outputs import (
+    copy_staged_inputs_back,
+    in_place_outputs,
+    op_outputs,
+    returned_outputs,
+    with_inputs_written_in_place,
+)
+from torch_tensorrt.dynamo.runtime._TorchTensorRTModule import TorchTensorRTModule
+
+NO_GPU = "Running TensorRT engines needs a CUDA device; this host has none."
+
+OUTPUTS = ["output0", "state_new", "output1", "cache_new"]
+INPUTS = ["x", "cache", "state"]
+ALIASED = {
+    "state_new": ("state", "user"),
+    "cache_new": ("cache", "kv_cache_update"),
+}
+
+
+class TestBookkeeping(TestCase):
+    def test_positions_of_outputs_written_into_inputs(self):
+        self.assertEqual(in_place_outputs(OUTPUTS, INPUTS, ALIASED), ((1, 2), (3, 1)))
+        self.assertEqual(in_place_outputs(OUTPUTS, INPUTS, {}), ())
+
+    def test_an_alias_of_a_missing_input_is_an_error(self):
+        with self.assertRaisesRegex(ValueError, "'state_new'.*'gone'.*not an input"):
+            in_place_outputs(OUTPUTS, INPUTS, {"state_new": ("gone", "user")})
+
+    def test_left_out_and_put_back(self):
+        x, cache, state = torch.zeros(2), torch.zeros(3), torch.zeros(4)
+        written = in_place_outputs(OUTPUTS, INPUTS, ALIASED)
+        out0, out1 = torch.ones(1), torch.ones(5)
+        engine_outputs = [out0, state, out1, cache]
+        returned = returned_outputs(engine_outputs, written)
+        self.assertEqual(len(returned), 2)
+        self.assertIs(returned[0], out0)
+        self.assertIs(returned[1], out1)
+        again = with_inputs_written_in_place(returned, [x, cache, state], written)
+        self.assertEqual([id(t) for t in again], [id(t) for t in engine_outputs])
+
+    def test_the_op_clones_nothing_it_wrote_in_place(self):
+        x, cache, state = torch.zeros(2), torch.zeros(3), torch.zeros(4)
+        written = in_place_outputs(OUTPUTS, INPUTS, ALIASED)
+        view_of_x = x[:1]  # shares x's storage without being an aliased output
+        fresh = torch.ones(5)
+        result = op_outputs(
+            [view_of_x, state, fresh, cache], [x, cache, state], written
+        )
+        self.assertEqual(len(result), 2)
+        # an unexpected alias of an input is still cloned (custom_op rule)
+        self.assertNotEqual(
+            result[0].untyped_storage().data_ptr(), x.untyped_storage().data_ptr()
+        )
+        self.assertIs(result[1], fresh)
+
+    def test_a_single_tensor_output(self):
+        state = torch.zeros(4)
+        written = in_place_outputs(["state_new"], ["state"], ALIASED)
+        self.assertEqual(op_outputs(state, [state], written), [])
+        self.assertEqual(with_inputs_written_in_place([], [state], written), [state])
+
+    def test_a_staged_input_receives_what_the_engine_wrote(self):
+        state = torch.zeros(4, 3).t()  # not contiguous: the engine binds a copy
+        x = torch.zeros(2)
+        bound = [x, state.contiguous() + 7]
+        copy_staged_inputs_back([x, state], bound, ((0, 1),))
+        self.assertEqual(state, torch.full((3, 4), 7.0))
+        self.assertEqual(x, torch.zeros(2))
+
+
+class TestForwardOnThePythonRuntime(TestCase):
+    """``forward`` puts the inputs back where the Python runtime's op left them out."""
+
+    def _module(self, in_place):
+        module = TorchTensorRTModule(
+            name="m",
+            input_binding_names=INPUTS,
+            output_binding_names=OUTPUTS,
+        )
+        module.aliased_io = dict(ALIASED)
+        module._in_place_outputs = in_place
+        module.engine = object()
+        return module
+
+    def test_forward_returns_the_inputs_it_left_out(self):
+        x, cache, state = (torch.zeros(2), torch.zeros(3), torch.zeros(4))
+        out0, out1 = torch.ones(1), torch.ones(5)
+        module = self._module(in_place_outputs(OUTPUTS, INPUTS, ALIASED))
+
+        def op(inputs, engine):
+            return [out0, out1]
+
+        with unittest.mock.patch.object(
+            torch.ops.tensorrt, "execute_engine", op, create=True
+        ), unittest.mock.patch.object(torch.Tensor, "is_cuda", True):
+            result = module(x, cache, state)
+        # the trailing kv_cache_update output stays hidden, as before
+        self.assertEqual(len(result), 3)
+        self.assertIs(result[0], out0)
+        self.assertIs(result[1], state)
+        self.assertIs(result[2], out1)
+
+    def test_the_cpp_runtime_returns_every_output_itself(self):
+        x, cache, state = (torch.zeros(2), torch.zeros(3), torch.zeros(4))
+        outputs = [torch.ones(1), state, torch.ones(5), cache]
+        module = self._module(())
+        with unittest.mock.patch.object(
+            torch.ops.tensorrt,
+            "execute_engine",
+            lambda inputs, engine: list(outputs),
+            create=True,
+        ), unittest.mock.patch.object(torch.Tensor, "is_cuda", True):
+            result = module(x, cache, state)
+        self.assertEqual([id(t) for t in result], [id(t) for t in outputs[:3]])
+
+
+class BumpState(torch.nn.Module):
+    """Updates ``state`` in place through a KV-cache-style write TensorRT aliases."""
+
+    def forward(self, state, update):
+        state[:, 3:4] = update
+        return state.sum()
+
+
+@unittest.skipIf(not torch.cuda.is_available(), NO_GPU)
+class TestPythonEngineOnGpu(TestCase):
+    def _engine(self):
+        from torch_tensorrt.dynamo.runtime._TRTEngine import TRTEngine
+
+        args = (torch.zeros(8, 16).cuda(), torch.ones(8, 1).cuda())
+        ep = torch.export.export(BumpState().cuda(), args)
+        trt = torch_tensorrt.dynamo.compile(ep, arg_inputs=list(args), min_block_size=1)
+        for _, module in trt.named_modules():
+            if isinstance(module, TorchTensorRTModule) and module.aliased_io:
+                engine = module.engine
+                if not isinstance(engine, TRTEngine):
+                    engine = TRTEngine(module._pack_engine_info())
+                return module, engine
+        self.skipTest(
+            "This TensorRT did not alias the state (no aliased_io); nothing to check"
+        )
+
+    def test_the_state_comes_back_without_a_copy(self):
+        module, engine = self._engine()
+        self.assertTrue(engine.in_place_outputs)
+        state, update = torch.zeros(8, 16).cuda(), torch.ones(8, 1).cuda()
+        inputs = {"state": state, "update": update}
+        ordered = [inputs[n] for n in module.input_binding_names]
+        outputs = engine.execute(ordered)
+        outputs = [outputs] if isinstance(outputs, torch.Tensor) else list(outputs)
+        for o, i in engine.in_place_outputs:
+            self.assertEqual(outputs[o].data_ptr(), ordered[i].data_ptr())
+        returned = op_outputs(outputs, ordered, engine.in_place_outputs)
+        self.assertEqual(len(returned), len(outputs) - len(engine.in_place_outputs))
+        self.assertEqual(state[:, 3], torch.ones(8).cuda())
+
+    def test_a_non_contiguous_state_is_still_updated(self):
+        module, engine = self._engine()
+        state = torch.zeros(16, 8).cuda().t()
+        update = torch.ones(8, 1).cuda()
+        inputs = {"state": state, "update": update}
+        engine.execute([inputs[n] for n in module.input_binding_names])
+        self.assertEqual(state[:, 3], torch.ones(8).cuda())
+
+
+if __name__ == "__main__":
+    run_tests()
