@@ -22,8 +22,8 @@ import logging
 import operator
 import os
 import tempfile
-from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from dataclasses import dataclass, replace
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import torch
 from torch_tensorrt.dynamo.conversion._functionalized_op import (
@@ -39,23 +39,30 @@ logger = logging.getLogger(__name__)
 
 WRITE_BACK_SUFFIX = "_new"
 ALIAS_MAP_FORMAT = "torch_tensorrt.engine_io_aliases"
-ALIAS_MAP_VERSION = 1
+ALIAS_MAP_VERSION = 2
 
 
 @dataclass(frozen=True)
 class WriteBack:
     """Engine output ``output_name`` holds the new value of input ``input_name``.
 
-    ``update`` is ``"in_place"`` when an in-place plugin (a converter declaring
-    ``requires_aliased_plugin_io``) writes the whole input and is its only
-    reader: TensorRT then writes into the input's memory, and the caller binds
-    the output to the input's address. Otherwise ``"copy"``: the caller copies
-    the output into the input after each run.
+    ``update`` is ``"in_place"`` when a plugin layer of the engine writes the
+    input in place (it is recorded in the engine's ``aliased_io`` with kind
+    ``user``, see :func:`network_in_place_updates`): the caller binds the output
+    to the input's address. ``binding`` then says how the plugin does it
+    (``in_place_plugin_binding``): ``"declared_alias"`` (TensorRT knows the
+    output aliases the input) or ``"same_address"`` (it does not, and the
+    output's memory must be the input's: bound elsewhere, the output holds only
+    what the plugin changed). Otherwise ``"copy"``: the caller copies the output
+    into the input after each run. :func:`expose_write_backs` predicts
+    ``in_place`` from the FX graph (a converter declaring
+    ``requires_aliased_plugin_io``); only the built network proves it.
     """
 
     input_name: str
     output_name: str
     update: str = "copy"
+    binding: Optional[str] = None
 
 
 def _in_place_update(placeholder: torch.fx.Node, value: Any) -> Tuple[bool, str]:
@@ -189,6 +196,44 @@ def expose_write_backs(
     return result
 
 
+def network_in_place_updates(
+    write_backs: Sequence[WriteBack],
+    aliased_io: Mapping[str, Tuple[str, str]],
+    in_place_plugin_binding: str,
+) -> List[WriteBack]:
+    """``write_backs`` with ``in_place`` exactly where the built network proves it.
+
+    An output is updated in place when the plugin converter recorded it in the
+    engine's ``aliased_io`` as kind ``user`` for that input: the producer is a
+    plugin layer that aliases exactly that input (``declared_alias``) or an
+    in-place plugin by the user's ``in_place_plugin_binding="same_address"``,
+    the input is a network input it alone reads, and the output carries the
+    input's final value. A write-back predicted ``in_place`` that the network
+    does not prove (e.g. a converter declaring ``requires_aliased_plugin_io``
+    that emitted ordinary layers) is copied back, with a warning.
+    """
+    result = []
+    for w in write_backs:
+        alias = aliased_io.get(w.output_name)
+        # kind user: recorded by the plugin converter; any other kind would be
+        # TensorRT reporting the alias itself
+        if alias is not None and alias[0] == w.input_name:
+            result.append(
+                replace(w, update="in_place", binding=in_place_plugin_binding)
+            )
+            continue
+        if w.update == "in_place":
+            logger.warning(
+                f"Input '{w.input_name}' is not updated in place: no plugin layer of "
+                f"the engine writes it in place as output '{w.output_name}' (the "
+                "converter of its writer declares requires_aliased_plugin_io but "
+                "recorded no in-place plugin output). Its new value is copied back "
+                f"from '{w.output_name}' instead."
+            )
+        result.append(replace(w, update="copy", binding=None))
+    return result
+
+
 def alias_map(write_backs: Sequence[WriteBack]) -> Dict[str, Any]:
     """Machine-readable map of which engine output carries which input's new value.
 
@@ -196,15 +241,58 @@ def alias_map(write_backs: Sequence[WriteBack]) -> Dict[str, Any]:
     (they must not be bound to the same memory: the engine may still read the
     input while it writes the output). ``"update": "in_place"``: bind the output
     to the input's address; the engine writes the input's memory itself.
+    ``"binding"`` (``in_place`` only): ``"declared_alias"``, TensorRT knows the
+    output aliases the input; ``"same_address"``, it does not, and binding the
+    output anywhere else leaves the input unchanged and the output undefined
+    except where the plugin wrote (:func:`check_in_place_bindings`).
     """
+    entries = []
+    for w in write_backs:
+        entry = {"output": w.output_name, "input": w.input_name, "update": w.update}
+        if w.update == "in_place":
+            entry["binding"] = w.binding or "declared_alias"
+        entries.append(entry)
     return {
         "format": ALIAS_MAP_FORMAT,
         "version": ALIAS_MAP_VERSION,
-        "aliases": [
-            {"output": w.output_name, "input": w.input_name, "update": w.update}
-            for w in write_backs
-        ],
+        "aliases": entries,
     }
+
+
+def check_in_place_bindings(
+    aliases: Sequence[Mapping[str, str]], addresses: Mapping[str, int]
+) -> None:
+    """Raise if an output the alias map binds in place is bound elsewhere.
+
+    ``aliases`` is the map's ``"aliases"`` list; ``addresses`` the device address
+    bound to each engine I/O tensor by name (e.g. what a caller passes to
+    ``IExecutionContext.set_tensor_address``). ``same_address`` outputs must share
+    their input's memory; ``declared_alias`` ones should (TensorRT writes the
+    input either way, and the output then reads back the new value).
+    """
+    for entry in aliases:
+        if entry.get("update") != "in_place":
+            continue
+        output, state = entry["output"], entry["input"]
+        for name in (output, state):
+            if name not in addresses:
+                raise ValueError(
+                    f"Engine tensor '{name}' has no bound address; the alias map "
+                    f"binds output '{output}' to input '{state}' in place"
+                )
+        if addresses[output] != addresses[state]:
+            binding = entry.get("binding", "declared_alias")
+            raise ValueError(
+                f"Engine output '{output}' is bound to 0x{addresses[output]:x}, but "
+                f"the alias map says it updates input '{state}' in place "
+                f"({binding}): bind it to the input's address 0x{addresses[state]:x}"
+                + (
+                    "; bound elsewhere the input is not updated and the output "
+                    "holds only the rows the plugin wrote"
+                    if binding == "same_address"
+                    else ""
+                )
+            )
 
 
 def write_alias_map(path: str, write_backs: Sequence[WriteBack]) -> None:

@@ -448,10 +448,20 @@ class TestPluginGlue(TestCase):
         )
         return second
 
-    def _recorded(self, node, output_types=None, recorded=(), args=None):
+    def _recorded(
+        self,
+        node,
+        output_types=None,
+        recorded=(),
+        args=None,
+        binding="declared_alias",
+        aliased=(None, 0, 2),
+    ):
         i = self.inputs
         recording = RecordingNetwork(self.net, 3, output_types)
-        ctx = ConversionContext(recording, CompilationSettings())
+        ctx = ConversionContext(
+            recording, CompilationSettings(in_place_plugin_binding=binding)
+        )
         ctx.aliased_outputs.extend(recorded)
         ctx.current_node = node
         plugin_def = unittest.mock.Mock(
@@ -472,7 +482,7 @@ class TestPluginGlue(TestCase):
             use_aot=False,
             coerce_attr=lambda name, value: value,
             output_descs=lambda plugin_def, inputs, attrs: [
-                (trt.float32, a) for a in (None, 0, 2)
+                (trt.float32, a) for a in aliased
             ],
         )
         return [
@@ -496,7 +506,9 @@ class TestPluginGlue(TestCase):
             recorded = self._recorded(self._node(extra_reader=True))
         self.assertEqual(recorded, [("plugin output 2", "count", "user")])
         self.assertIn(
-            "Input 'state' of trt_layout.update_and_read.default", logs.output[0]
+            "trt_layout.update_and_read.default: argument 'state' (state) is not "
+            "updated in place: engine input 'state' has other readers (neg_default)",
+            logs.output[0],
         )
         # new values nobody reads are not engine outputs: nothing to bind
         self.assertEqual(self._recorded(self._node(keep_new_state=False)), [])
@@ -588,12 +600,119 @@ class TestPluginGlue(TestCase):
                 recorded=[AliasedOutput(earlier, "count", AliasKind.KV_CACHE_UPDATE)],
             )
 
+    def test_same_address_plugins_declare_no_alias_and_are_recorded(self):
+        undeclared = (None, None, None)
+        self.assertEqual(
+            self._recorded(self._node(), binding="same_address", aliased=undeclared),
+            [
+                ("plugin output 1", "state", "user"),
+                ("plugin output 2", "count", "user"),
+            ],
+        )
+        with self.assertRaisesRegex(
+            ValueError,
+            r"aliases output 1 -> input 'state', output 2 -> input 'count', but "
+            r"trt_layout.update_and_read.default needs no aliased outputs .*"
+            r"in_place_plugin_binding='same_address' the register function returns "
+            r"an ordinary output",
+        ):
+            self._recorded(self._node(), binding="same_address")
+        with self.assertRaisesRegex(
+            ValueError,
+            r"needs output 1 -> input 'state', output 2 -> input 'count' .*compile "
+            r"with in_place_plugin_binding='same_address'",
+        ):
+            self._recorded(self._node(), aliased=undeclared)
+
+    def test_a_same_address_state_that_cannot_be_bound_in_place_is_an_error(self):
+        from torch_tensorrt.dynamo.conversion._ConverterRegistry import (
+            DYNAMO_CONVERTERS,
+        )
+
+        undeclared = (None, None, None)
+        with self.assertRaisesRegex(
+            ValueError,
+            r"update_and_read.default: argument 'state' \(state\) cannot be bound in "
+            r"place: engine input 'state' has other readers \(neg_default\).*"
+            r"in_place_plugin_binding='same_address' the plugin writes only what it "
+            r"changes into its output",
+        ):
+            self._recorded(
+                self._node(extra_reader=True),
+                binding="same_address",
+                aliased=undeclared,
+            )
+        i = self.inputs
+        first_state = self.net.add_identity(i["state"]).get_output(0)
+        first_count = self.net.add_identity(i["count"]).get_output(0)
+        declared = (None, None, {"requires_aliased_plugin_io": True})
+        with unittest.mock.patch.object(
+            DYNAMO_CONVERTERS, "get", return_value=declared
+        ), self.assertRaisesRegex(
+            ValueError,
+            r"argument 'state' \(getitem\) cannot be bound in place: it reaches the "
+            r"plugin through another layer",
+        ):
+            self._recorded(
+                self._chained_node(),
+                args=(first_state, i["x"], first_count),
+                binding="same_address",
+                aliased=undeclared,
+            )
+        # read inside the engine but not an engine output
+        node = self._node(keep_new_state=False)
+        graph = node.graph
+        output = next(n for n in graph.nodes if n.op == "output")
+        new_state = next(u for u in node.users if u.args[1] == 1)
+        with graph.inserting_before(output):
+            read = graph.call_function(torch.ops.aten.neg.default, (new_state,))
+        output.args = ((*output.args[0], read),)
+        with self.assertRaisesRegex(
+            ValueError,
+            r"argument 'state' \(state\) cannot be bound in place: its new value is "
+            r"read inside the engine",
+        ):
+            self._recorded(node, binding="same_address", aliased=undeclared)
+
     def test_wrong_plugin_is_reported_before_the_layer_is_added(self):
         i = self.inputs
         with self.assertRaisesRegex(ValueError, "declares 2 output"):
             self._convert(2, [None, 0], (i["state"], i["x"], i["count"]), {})
         with self.assertRaisesRegex(ValueError, "needs output 1 -> input 'state'"):
             self._convert(3, [None, None, None], (i["state"], i["x"], i["count"]), {})
+
+
+@torch.library.custom_op("trt_layout::add_two_", mutates_args=("X",))
+def add_two_(X: torch.Tensor) -> None:
+    X.add_(2)
+
+
+@add_two_.register_fake
+def _(X):
+    return None
+
+
+@dynamo_tensorrt_converter(
+    torch.ops.trt_layout.add_two_.default, requires_aliased_plugin_io=True
+)
+def _add_two_recording_an_in_place_output(ctx, target, args, kwargs, name):
+    # stand-in for the plugin converter: standard layers, plus the user alias
+    # record it makes for a plugin proven to update a sole-reader input in place
+    from torch_tensorrt.dynamo.conversion._ConversionContext import (
+        AliasedOutput,
+        AliasKind,
+    )
+    from torch_tensorrt.dynamo.conversion._functionalized_op import other_readers
+    from torch_tensorrt.dynamo.conversion.impl.slice_scatter import (
+        input_binding_name,
+    )
+
+    out = impl.elementwise.add(ctx, target, SourceIR.ATEN, name, args[0], 2.0)
+    binding = input_binding_name(ctx, args[0])
+    node = ctx.current_node
+    if binding is not None and not other_readers(node.args[0], node):
+        ctx.aliased_outputs.append(AliasedOutput(out, binding, AliasKind.USER))
+    return out
 
 
 @dynamo_tensorrt_converter(
@@ -649,9 +768,17 @@ class TestAliasedPluginIoBuilderFlag(TestCase):
     "without a GPU.",
 )
 class TestInPlaceUpdatesInTheAliasMap(TestCase):
-    """A state updated by an in-place plugin and read by nothing else is bound in place."""
+    """``in_place`` in a standalone engine's alias map only where the network proves it.
 
-    def _aliases(self, module, args, **kwargs):
+    ``trt_layout::add_two_``'s converter is a stand-in for the plugin converter
+    (TensorRT-RTX has no plugin layers): ordinary layers plus the ``user`` alias
+    record the plugin converter makes for a plugin proven in place
+    (``_record_in_place_state``, tested against the real ``tensorrt.plugin`` in
+    ``test_plugin_converter_qdp.py``). It checks Torch-TensorRT's glue from that
+    record to the map, nothing about TensorRT.
+    """
+
+    def _map(self, module, args, **kwargs):
         import json
         import tempfile
 
@@ -665,19 +792,37 @@ class TestInPlaceUpdatesInTheAliasMap(TestCase):
                 **kwargs,
             )
             with open(f"{tmp}/aliases.json") as f:
-                return [
-                    (a["input"], a["output"], a["update"])
-                    for a in json.load(f)["aliases"]
-                ]
+                return json.load(f)
 
-    def test_sole_reader_is_in_place(self):
+    def _aliases(self, module, args, **kwargs):
+        return [
+            (a["input"], a["output"], a["update"], a.get("binding"))
+            for a in self._map(module, args, **kwargs)["aliases"]
+        ]
+
+    def test_proven_sole_reader_is_in_place_with_the_chosen_binding(self):
         class Model(torch.nn.Module):
             def forward(self, x):
-                torch.ops.trt_layout.add_one_(x)
+                torch.ops.trt_layout.add_two_(x)
                 return x * 2
 
+        x = torch.randn(2, 4)
+        alias_map = self._map(Model(), (x,))
+        self.assertEqual(alias_map["version"], 2)
         self.assertEqual(
-            self._aliases(Model(), (torch.randn(2, 4),)), [("x", "x_new", "in_place")]
+            alias_map["aliases"],
+            [
+                {
+                    "output": "x_new",
+                    "input": "x",
+                    "update": "in_place",
+                    "binding": "declared_alias",
+                }
+            ],
+        )
+        self.assertEqual(
+            self._aliases(Model(), (x,), in_place_plugin_binding="same_address"),
+            [("x", "x_new", "in_place", "same_address")],
         )
 
     def test_lifted_state_is_in_place(self):
@@ -687,35 +832,42 @@ class TestInPlaceUpdatesInTheAliasMap(TestCase):
                 self.register_buffer("state", torch.zeros(2, 4))
 
             def forward(self, x):
-                torch.ops.trt_layout.add_one_(self.state)
+                torch.ops.trt_layout.add_two_(self.state)
                 return x * 2
 
         self.assertEqual(
             self._aliases(Model(), (torch.randn(2, 4),), lift_mutable_buffers=True),
-            [("buf_state", "buf_state_new", "in_place")],
+            [("buf_state", "buf_state_new", "in_place", "declared_alias")],
         )
 
-    def test_chained_in_place_updates_are_in_place(self):
+    def test_a_declaring_converter_without_an_in_place_layer_is_copied(self):
         class Model(torch.nn.Module):
             def forward(self, x):
                 torch.ops.trt_layout.add_one_(x)
-                torch.ops.trt_layout.add_one_(x)
                 return x * 2
 
-        self.assertEqual(
-            self._aliases(Model(), (torch.randn(2, 4),)), [("x", "x_new", "in_place")]
+        with self.assertLogs("torch_tensorrt.dynamo.lowering", "WARNING") as logs:
+            aliases = self._aliases(Model(), (torch.randn(2, 4),))
+        self.assertEqual(aliases, [("x", "x_new", "copy", None)])
+        self.assertTrue(
+            any(
+                "Input 'x' is not updated in place: no plugin layer of the engine "
+                "writes it in place as output 'x_new'" in m
+                for m in logs.output
+            ),
+            logs.output,
         )
 
     def test_other_readers_fall_back_to_copy_with_a_warning(self):
         class Model(torch.nn.Module):
             def forward(self, x):
                 before = x + 1
-                torch.ops.trt_layout.add_one_(x)
+                torch.ops.trt_layout.add_two_(x)
                 return x * before
 
         with self.assertLogs("torch_tensorrt.dynamo.lowering", "WARNING") as logs:
             aliases = self._aliases(Model(), (torch.randn(2, 4),))
-        self.assertEqual(aliases, [("x", "x_new", "copy")])
+        self.assertEqual(aliases, [("x", "x_new", "copy", None)])
         self.assertTrue(
             any(
                 "Input 'x' is not updated in place: it has other readers" in m

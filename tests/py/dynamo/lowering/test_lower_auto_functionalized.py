@@ -879,7 +879,7 @@ class TestSerializedEngineOnCpu(TestCase):
                     with open(path) as f:
                         data = json.load(f)
                     self.assertEqual(data["format"], "torch_tensorrt.engine_io_aliases")
-                    self.assertEqual(data["version"], 1)
+                    self.assertEqual(data["version"], 2)
                     self.assertEqual(
                         [
                             (a["output"], a["input"], a["update"])

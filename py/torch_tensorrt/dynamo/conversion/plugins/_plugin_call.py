@@ -33,6 +33,9 @@ from torch_tensorrt.dynamo.conversion.converter_utils import get_trt_tensor
 from torch_tensorrt.dynamo.conversion.impl.slice_scatter import input_binding_name
 from torch_tensorrt.dynamo.conversion.plugins._plugin_layout import PluginLayout
 
+# in_place_plugin_binding for plugins that declare no alias (CompilationSettings)
+SAME_ADDRESS = "same_address"
+
 logger = logging.getLogger(__name__)
 
 
@@ -247,8 +250,16 @@ def add_plugin_for_op(
     attrs = {attr: coerce_attr(attr, values[attr]) for attr in plugin_def.input_attrs}
 
     plugin_outputs = output_descs(plugin_def, inputs, attrs)
+    same_address = (
+        ctx.compilation_settings.in_place_plugin_binding == SAME_ADDRESS
+        and bool(layout.mutated)
+    )
     layout.validate_aliasing(
-        plugin_id, [a for _, a in plugin_outputs], return_lengths, plugin_inputs
+        plugin_id,
+        [a for _, a in plugin_outputs],
+        return_lengths,
+        plugin_inputs,
+        same_address,
     )
     _check_output_dtypes(layout, plugin_id, plugin_outputs, node, return_lengths)
 
@@ -260,7 +271,15 @@ def add_plugin_for_op(
     )
     outputs = [layer.get_output(i) for i in range(layer.num_outputs)]
     if node is not None:
-        _record_in_place_state(ctx, layout, node, tensors, outputs, return_lengths)
+        _record_in_place_state(
+            ctx, layout, node, tensors, outputs, return_lengths, same_address
+        )
+    elif same_address:
+        raise ValueError(
+            f"{layout.op}: with in_place_plugin_binding='same_address' the plugin "
+            "writes its state through an output bound to the state's memory, which "
+            "needs the FX node being converted (ConversionContext.current_node)"
+        )
     return layout.group_outputs(outputs, return_lengths)
 
 
@@ -271,15 +290,20 @@ def _record_in_place_state(
     tensors: Dict[str, trt.ITensor],
     outputs: Sequence[Any],
     return_lengths: Sequence[int],
+    same_address: bool = False,
 ) -> None:
-    """Record aliased plugin outputs that update an engine input in place.
+    """Record plugin outputs that update an engine input in place.
 
     The runtimes then bind that output to the caller's tensor (``aliased_io``,
     kind ``user``; TensorRT does not report plugin aliases itself), so the state
-    is updated where it lives. Recorded only when it is safe and useful: the
-    aliased input is a network input, the plugin is its only reader (otherwise
-    TensorRT copies it first), and the new value is an output of this engine and
-    the state's final value in it. Anything else keeps the copy-back path.
+    is updated where it lives. Recorded only when it is safe: the mutated
+    argument is a network input (or the state an earlier in-place plugin of this
+    engine updates, for a declared alias), the plugin is its only reader
+    (otherwise TensorRT copies it first), and the new value is an output of this
+    engine and the state's final value in it. Otherwise a declared alias keeps
+    the copy-back path, with a warning; a ``same_address`` plugin writes only
+    what it changes into its output, so anything but an in-place binding would
+    lose the rest of the state, and that is an error.
     """
     fx_values = layout.bind(node.args, dict(node.kwargs))
     first_alias = len(layout.outputs(return_lengths)) - len(layout.mutated)
@@ -287,6 +311,7 @@ def _record_in_place_state(
         state = fx_values[arg]
         if not isinstance(state, torch.fx.Node):
             continue
+
         network_input = tensors[arg]
         binding = input_binding_name(ctx, network_input)
         source = state
@@ -294,22 +319,28 @@ def _record_in_place_state(
             # after other in-place plugins, this one writes the engine input the
             # first of them updates
             source = in_place_source(state)
-            if source is None or source.op != "placeholder":
-                if state.op == "placeholder":
-                    logger.warning(
-                        f"Input '{state.name}' of {layout.op} reaches the in-place "
-                        "plugin through another layer, so it is not updated in "
-                        "place; its new value is copied back instead"
+            if same_address or source is None or source.op != "placeholder":
+                if state.op == "placeholder" or same_address:
+                    _not_in_place(
+                        layout,
+                        arg,
+                        state,
+                        same_address,
+                        "it reaches the plugin through another layer, not as an "
+                        "engine input",
                     )
                 continue
             network_input = _network_input(ctx, source)
             binding = str(network_input.name)
         readers = other_readers(state, node)
         if readers:
-            logger.warning(
-                f"Input '{binding}' of {layout.op} is not updated in place: it has "
-                f"other readers ({', '.join(readers)}), so TensorRT would copy it "
-                "before the in-place plugin; its new value is copied back instead"
+            _not_in_place(
+                layout,
+                arg,
+                state,
+                same_address,
+                f"engine input '{binding}' has other readers ({', '.join(readers)}), "
+                "so TensorRT would copy it before the in-place plugin",
             )
             continue
         index = len(layout.returns) + k
@@ -328,6 +359,40 @@ def _record_in_place_state(
             output = outputs[first_alias + k]
             _check_in_place_binding(ctx, layout, arg, source, network_input, output)
             ctx.aliased_outputs.append(AliasedOutput(output, binding, AliasKind.USER))
+        elif same_address and any(value.users for value in new_values):
+            _not_in_place(
+                layout,
+                arg,
+                state,
+                same_address,
+                "its new value is read inside the engine or updated again before "
+                "it leaves the engine",
+            )
+
+
+def _not_in_place(
+    layout: PluginLayout,
+    arg: str,
+    state: torch.fx.Node,
+    same_address: bool,
+    why: str,
+) -> None:
+    """Warn that ``arg`` is copied back, or raise for a ``same_address`` plugin."""
+    if same_address:
+        raise ValueError(
+            f"{layout.op}: argument '{arg}' ({state.name}) cannot be bound in "
+            f"place: {why}. With in_place_plugin_binding='same_address' the "
+            "plugin writes only what it changes into its output, so that "
+            "output must be bound to the state's own memory: the state must "
+            "be an engine input read by this plugin alone, and its new value "
+            "an engine output that nothing else in the engine updates. Use "
+            "in_place_plugin_binding='declared_alias' with a plugin that "
+            "declares X.aliased() otherwise"
+        )
+    logger.warning(
+        f"{layout.op}: argument '{arg}' ({state.name}) is not updated in "
+        f"place: {why}; its new value is copied back instead"
+    )
 
 
 def _network_input(ctx: ConversionContext, placeholder: torch.fx.Node) -> trt.ITensor:
