@@ -89,6 +89,27 @@ if RUNNABLE:
         extra[0] = trtp.SymInt32(n)
         return kernel.metadata.name, kernel.asm["ptx"], params, extra
 
+    # --- in place without a declared alias (in_place_plugin_binding=
+    # "same_address", the TensorRT-Edge-LLM way): the plugin writes only the rows
+    # it changes, through its output, which must be bound to X's memory ---
+    @torch.library.custom_op("inplace_test::bump_head_", mutates_args=("X",))
+    def _bump_head_(X: torch.Tensor) -> None:
+        X[:4].add_(1)
+
+    @_bump_head_.register_fake
+    def _(X):
+        return None
+
+    @trtp.register("inplace_test::bump_head_")
+    def _bump_head_desc(X: trtp.TensorDesc) -> Tuple[trtp.TensorDesc]:
+        return (X.like(),)
+
+    @trtp.impl("inplace_test::bump_head_")
+    def _bump_head_impl(X: trtp.Tensor, outputs: Tuple[trtp.Tensor], stream: int):
+        with torch.cuda.stream(torch.cuda.ExternalStream(stream)):
+            x = torch.as_tensor(X, device="cuda")
+            torch.as_tensor(outputs[0], device="cuda")[:4] = x[:4] + 1
+
     # --- two outputs ---
     @torch.library.custom_op("inplace_test::sin_cos", mutates_args=())
     def _sin_cos(x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -204,7 +225,14 @@ if RUNNABLE:
         )
 
     generate = torch_tensorrt.dynamo.conversion.plugins.generate_plugin_converter
-    for op in ("add_one_jit_", "sin_cos", "steps", "accumulate", "bump_two_"):
+    for op in (
+        "add_one_jit_",
+        "bump_head_",
+        "sin_cos",
+        "steps",
+        "accumulate",
+        "bump_two_",
+    ):
         generate(
             f"inplace_test::{op}",
             supports_dynamic_shapes=True,
@@ -504,7 +532,15 @@ class TestInplacePlugins(TestCase):
             with open(f"{tmp}/aliases.json") as f:
                 aliases = json.load(f)["aliases"]
         self.assertEqual(
-            aliases, [{"output": "x_new", "input": "x", "update": "in_place"}]
+            aliases,
+            [
+                {
+                    "output": "x_new",
+                    "input": "x",
+                    "update": "in_place",
+                    "binding": "declared_alias",
+                }
+            ],
         )
 
         runtime = trt.Runtime(trt.Logger())
@@ -522,6 +558,125 @@ class TestInplacePlugins(TestCase):
             stream.synchronize()
             self.assertEqual(out, Model()(eager_state))
             self.assertEqual(state, eager_state)
+
+    def test_same_address_plugin_updates_the_state_in_place(self):
+        class Model(torch.nn.Module):
+            def forward(self, x):
+                torch.ops.inplace_test.bump_head_(x)
+                return x * 2
+
+        x = torch.randn(64, 33, device="cuda")
+        with self.assertRaisesRegex(
+            Exception, "in_place_plugin_binding='same_address'"
+        ):
+            self._compile(Model(), (x,))
+        trt_module = self._compile(
+            Model(), (x,), in_place_plugin_binding="same_address"
+        )
+        (engine,) = _engines(trt_module)
+        self.assertIn(("x", "user"), getattr(trt_module, engine).aliased_io.values())
+        compiled_x, eager_x = x.clone(), x.clone()
+        pointer = compiled_x.data_ptr()
+        for _ in range(3):
+            self.assertEqual(trt_module(compiled_x), Model()(eager_x))
+            self.assertEqual(compiled_x, eager_x)
+            self.assertEqual(compiled_x.data_ptr(), pointer)
+
+    def test_same_address_standalone_engine_and_its_binding_check(self):
+        import json
+        import tempfile
+
+        from torch_tensorrt.dynamo.lowering._mutation_write_backs import (
+            check_in_place_bindings,
+        )
+
+        class Model(torch.nn.Module):
+            def forward(self, x):
+                torch.ops.inplace_test.bump_head_(x)
+                return x * 2
+
+        x = torch.randn(64, 33, device="cuda")
+        ep = torch.export.export(Model(), (x.clone(),))
+        with tempfile.TemporaryDirectory() as tmp:
+            engine_bytes = (
+                torch_tensorrt.dynamo.convert_exported_program_to_serialized_trt_engine(
+                    ep,
+                    arg_inputs=[x.clone()],
+                    min_block_size=1,
+                    require_full_compilation=True,
+                    alias_map_path=f"{tmp}/aliases.json",
+                    in_place_plugin_binding="same_address",
+                )
+            )
+            with open(f"{tmp}/aliases.json") as f:
+                aliases = json.load(f)["aliases"]
+        self.assertEqual(
+            aliases,
+            [
+                {
+                    "output": "x_new",
+                    "input": "x",
+                    "update": "in_place",
+                    "binding": "same_address",
+                }
+            ],
+        )
+        state, eager_state = x.clone(), x.clone()
+        out, elsewhere = torch.empty_like(x), torch.empty_like(x)
+        with self.assertRaisesRegex(ValueError, "holds only the rows the plugin wrote"):
+            check_in_place_bindings(
+                aliases,
+                {
+                    "x": state.data_ptr(),
+                    "x_new": elsewhere.data_ptr(),
+                    "output0": out.data_ptr(),
+                },
+            )
+        addresses = {
+            "x": state.data_ptr(),
+            "x_new": state.data_ptr(),
+            "output0": out.data_ptr(),
+        }
+        check_in_place_bindings(aliases, addresses)
+
+        runtime = trt.Runtime(trt.Logger())
+        engine = runtime.deserialize_cuda_engine(engine_bytes)
+        context = engine.create_execution_context()
+        for name, address in addresses.items():
+            self.assertTrue(context.set_tensor_address(name, address))
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        for _ in range(3):
+            self.assertTrue(context.execute_async_v3(stream.cuda_stream))
+            stream.synchronize()
+            self.assertEqual(out, Model()(eager_state))
+            self.assertEqual(state, eager_state)
+
+    def test_python_runtime_returns_the_state_without_a_copy(self):
+        """Patch 0024 on the Python TRTEngine (driven directly beside the C++ runtime)."""
+        from torch_tensorrt.dynamo.runtime._in_place_outputs import op_outputs
+        from torch_tensorrt.dynamo.runtime._TRTEngine import TRTEngine
+
+        class Model(torch.nn.Module):
+            def forward(self, x):
+                torch.ops.inplace_test.add_one_jit_(x)
+                return x * 2
+
+        x = torch.randn(64, 33, device="cuda")
+        trt_module = self._compile(Model(), (x,))
+        (name,) = _engines(trt_module)
+        engine = TRTEngine(getattr(trt_module, name)._pack_engine_info())
+        self.assertEqual(len(engine.in_place_outputs), 1)
+        ((o, i),) = engine.in_place_outputs
+        state, eager_state = x.clone(), x.clone()
+        outputs = list(engine.execute([state]))
+        torch.cuda.synchronize()
+        Model()(eager_state)
+        self.assertEqual(state, eager_state)
+        self.assertEqual(outputs[o].data_ptr(), state.data_ptr())
+        returned = op_outputs(outputs, [state], engine.in_place_outputs)
+        self.assertEqual(len(returned), len(outputs) - 1)
+        self.assertTrue(all(r.data_ptr() != state.data_ptr() for r in returned))
 
     def test_functional_op_with_aliasing_plugin_is_rejected(self):
         @torch.library.custom_op("inplace_test::sneaky", mutates_args=())
