@@ -50,26 +50,90 @@ class FakeEngine:
 
 def test_arguments(bench):
     args = bench.parse_args([])
-    assert (args.sizes_mib, args.steps) == ([16, 64, 256, 1024, 4096], 50)
-    args = bench.parse_args(["--sizes-mib", "1", "2", "--steps", "3"])
-    assert (args.sizes_mib, args.steps) == ([1, 2], 3)
-    with pytest.raises(SystemExit):
-        bench.parse_args(["--steps", "0"])
+    assert (args.sizes_mib, args.steps, args.impl, args.json) == (
+        [16, 64, 256, 1024, 4096],
+        50,
+        "aot",
+        None,
+    )
+    assert args.ways == ["triton", "declared_alias", "same_address", "copy_back"]
+    args = bench.parse_args(
+        ["--sizes-mib", "1", "2", "--steps", "3", "--impl", "jit", "--json", "r.json"]
+    )
+    assert (args.sizes_mib, args.steps, args.impl, args.json) == (
+        [1, 2],
+        3,
+        "jit",
+        "r.json",
+    )
+    assert bench.parse_args(["--ways", "copy_back"]).ways == ["copy_back"]
+    for bad in (["--steps", "0"], ["--impl", "cpp"], ["--ways", "aliased"]):
+        with pytest.raises(SystemExit):
+            bench.parse_args(bad)
+
+
+def test_rows(bench):
+    # 16 MiB of 4 KiB rows, 0.1% of them per step
+    assert bench.rows_of(16) == (4096, 4)
+    assert bench.rows_of(4096) == (1048576, 1048)
+    assert bench.rows_of(1) == (256, 1)  # at least one row
 
 
 def test_table(bench):
-    assert bench.HEADER.split(" | ") == [
-        "state MiB",
-        "aliased ms",
-        "copy-back ms",
-        "copy-back / aliased",
+    ways = ["triton", "same_address", "copy_back"]
+    head = bench.header(ways)
+    assert [c.strip() for c in head.split(" | ")] == ["state MiB"] + ways
+    row = bench.format_row(1024, {"triton": 0.05, "copy_back": 12.5}, ways)
+    assert [c.strip() for c in row.split(" | ")] == [
+        "1024",
+        "0.050 ms",
+        "-",
+        "12.500 ms",
     ]
-    row = bench.format_row(1024, 0.05, 12.5)
-    assert row == "     1024 |      0.050 |       12.500 |    250.0x"
-    assert [len(c) for c in row.split(" | ")] == [
-        len(c) for c in bench.HEADER.split(" | ")[:3]
-    ] + [9]
-    assert bench.format_row(16, 0.0, 1.0).endswith("inf")
+    assert [len(c) for c in row.split(" | ")] == [len(c) for c in head.split(" | ")]
+
+
+def _results(in_place_large, copy_large):
+    small = {"triton": 0.010, "declared_alias": 0.030, "same_address": 0.012}
+    small["copy_back"] = 1.0
+    large = {"triton": 0.011, "declared_alias": in_place_large, "same_address": 0.014}
+    large["copy_back"] = copy_large
+    return {16: small, 1024: large}
+
+
+def test_verdicts(bench):
+    verdict = bench.verdicts(_results(in_place_large=9.0, copy_large=64.0))
+    assert verdict["flat"] == {
+        "triton": True,
+        "declared_alias": False,
+        "same_address": True,
+        "copy_back": False,
+    }
+    t = verdict["targets"]
+    assert t["mode"] == "same_address"  # the better in-place mode at 1 GiB
+    assert t["vs_triton"] == pytest.approx(0.014 / 0.011)
+    assert t["vs_triton_met"]
+    assert t["speedup_vs_copy_back"] == pytest.approx(64.0 / 0.014)
+    assert t["speedup_met"]
+    lines = bench.describe(verdict)
+    assert "flat in the state size (largest <= 2x smallest): triton, same_address" in (
+        lines[0]
+    )
+    assert lines[1].endswith("grows with the state: declared_alias, copy_back")
+    assert "same_address: 1.27x the bare kernel (target <= 2x): met" in lines[2]
+
+    missed = bench.verdicts(_results(in_place_large=9.0, copy_large=1.0))
+    assert not missed["targets"]["speedup_met"]
+    assert "MISSED" in bench.describe(missed)[2]
+
+
+def test_verdicts_without_the_target_size(bench):
+    verdict = bench.verdicts({16: {"copy_back": 1.0}})
+    assert verdict == {"flat": {}, "targets": None}
+    assert bench.describe(verdict) == [
+        "targets: not evaluated (needs triton, copy_back and an in-place mode at "
+        "1024 MiB)"
+    ]
 
 
 def test_dtypes_of_the_engine(bench, trt):
@@ -159,3 +223,20 @@ def test_a_refused_address_names_the_tensor(bench):
         RuntimeError, match="set_tensor_address failed for tensor 'update'"
     ):
         bench.bind_addresses(Context(refused="update"), buffers)
+
+
+@pytest.mark.skipif(
+    torch.cuda.is_available() or os.environ.get("TORCHTRT_PATCHSET_ENV") != "rtx",
+    reason="Builds the engine on the CPU, which needs TensorRT-RTX on a host "
+    "without a GPU (the rtx test environment).",
+)
+def test_the_copy_back_engine_builds_with_its_alias_map(bench):
+    rows, touched = bench.rows_of(1)
+    args = (
+        torch.zeros(rows, bench.ROW),
+        torch.randperm(rows)[:touched],
+        torch.randn(touched, bench.ROW),
+    )
+    engine_bytes, aliases = bench.build_engine("copy_back", args)
+    assert len(engine_bytes) > 0
+    assert aliases == [{"output": "state_new", "input": "state", "update": "copy"}]

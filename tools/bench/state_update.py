@@ -1,37 +1,58 @@
-"""Aliased (in-place) vs copy-back state updates in a standalone engine. Needs a GPU.
+"""How to update a large state in place from a standalone engine. Needs a GPU.
 
-    python tools/bench/state_update.py [--sizes-mib 16 64 256 1024 4096] [--steps 50]
+    python tools/bench/state_update.py [--sizes-mib 16 64 256 1024 4096] \\
+        [--steps 50] [--impl aot|jit] [--json state_update.json]
 
-Each step updates 0.1% of an fp32 state (random rows, ``index_add``):
+Each step adds updates to 0.1% of the rows of an fp32 state (distinct random
+rows of 4 KiB). Four ways are timed, each on a stream of its own (TensorRT
+synchronizes more on the default stream):
 
-- **aliased**: an in-place TensorRT plugin (``mutates_args=("state",)``) whose
-  output aliases the state input; the engine's alias map says ``in_place`` and
-  the state and its new value are bound to the same memory, so a step touches
-  only the updated rows;
-- **copy-back**: the functional update (``index_add``, standard TensorRT
-  layers); the engine writes the whole new state to ``state_new`` and the caller
-  copies it back, as the alias map's ``copy`` says.
+- **triton**: the bare Triton kernel the plugins run, launched directly on the
+  state (the reference: no TensorRT);
+- **declared_alias**: an in-place TensorRT plugin (``mutates_args=("state",)``)
+  whose output is declared to alias the state (``X.aliased()``); built with
+  ``in_place_plugin_binding="declared_alias"``, the engine's alias map says
+  ``in_place`` and the state and its new value are bound to the same memory;
+- **same_address**: the same kernel in a plugin that declares no alias and
+  writes the rows it changes through its output (TensorRT-Edge-LLM's way);
+  built with ``in_place_plugin_binding="same_address"``, bound the same way;
+- **copy_back**: the functional update (``state[index] = state[index] +
+  update``, standard TensorRT layers); the engine writes the whole new state
+  to ``state_new`` and the caller copies it back, as the alias map's ``copy``
+  says.
 
-The engines run on a stream of their own (TensorRT synchronizes more on the
-default stream); outputs get the engine's dtypes, and an output bound in place
-gets no memory of its own. Prints the median step time of each, and the ratio,
-per state size. Target: aliased time flat in the state size; at least 100x
-faster than copy-back at 1 GiB. Requires the standard flavour (tensorrt.plugin)
-and a CUDA device.
+Engines are built with ``convert_exported_program_to_serialized_trt_engine``
+and bound as their alias map says (outputs get the engine's dtypes; an output
+bound in place gets no memory of its own; every ``set_tensor_address`` is
+checked, and ``check_in_place_bindings`` verifies the addresses). Prints the
+median step time per state size, which ways are flat in the state size, and
+the targets: the better in-place mode within 2x of triton and at least 100x
+faster than copy_back at 1 GiB. ``--json`` writes all of it. The plugins use
+the Triton kernel ahead of time (``--impl aot``, no Python at run time, as
+from C++) or a Python JIT impl that launches it (``--impl jit``). Needs the
+standard TensorRT flavour (``tensorrt.plugin``), Triton and a CUDA device.
 
-Argument parsing, the table, dtype mapping and output binding import and run
-without a GPU (``tests/patchset/test_bench_state_update.py``).
+Argument parsing, the table, the verdicts, dtype mapping, output binding and
+building the copy-back engine (with TensorRT-RTX on a CPU) run without a GPU
+(``tests/patchset/test_bench_state_update.py``).
 """
 
 import argparse
 import json
 import statistics
 import tempfile
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
 
 ROW = 1024  # fp32 elements per state row (4 KiB)
+FRACTION = 1000  # 1 / fraction of the rows updated per step (0.1%)
+WAYS = ("triton", "declared_alias", "same_address", "copy_back")
+IN_PLACE_MODES = ("declared_alias", "same_address")
+TARGET_MIB = 1024
+TARGET_VS_TRITON = 2.0  # in-place within 2x of the bare kernel
+TARGET_VS_COPY_BACK = 100.0  # and at least 100x faster than copy-back
+FLAT = 2.0  # flat: at most 2x slower on the largest state than on the smallest
 
 # TensorRT DataType names -> torch dtypes
 TORCH_DTYPES = {
@@ -61,18 +82,96 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         "--sizes-mib", type=int, nargs="+", default=[16, 64, 256, 1024, 4096]
     )
     parser.add_argument("--steps", type=int, default=50)
+    parser.add_argument("--impl", choices=("aot", "jit"), default="aot")
+    parser.add_argument(
+        "--ways",
+        nargs="+",
+        choices=WAYS,
+        default=list(WAYS),
+        help="which ways to time (default: all)",
+    )
+    parser.add_argument("--json", metavar="PATH", help="write the results as JSON")
     args = parser.parse_args(argv)
     if args.steps < 1 or min(args.sizes_mib) < 1:
         parser.error("--steps and --sizes-mib must be positive")
     return args
 
 
-HEADER = "state MiB | aliased ms | copy-back ms | copy-back / aliased"
+def rows_of(mib: int) -> Tuple[int, int]:
+    """(rows of the state, rows updated per step) for a state of ``mib`` MiB."""
+    rows = mib * 1024 * 1024 // (ROW * 4)
+    return rows, max(1, rows // FRACTION)
 
 
-def format_row(mib: int, aliased: float, copy_back: float) -> str:
-    ratio = f"{copy_back / aliased:8.1f}x" if aliased > 0 else "     inf"
-    return f"{mib:9d} | {aliased:10.3f} | {copy_back:12.3f} | {ratio}"
+def header(ways: Sequence[str]) -> str:
+    return " | ".join(["state MiB"] + [f"{w:>14}" for w in ways])
+
+
+def format_row(mib: int, times_ms: Mapping[str, float], ways: Sequence[str]) -> str:
+    cells = [f"{mib:9d}"]
+    for w in ways:
+        t = times_ms.get(w)
+        cells.append(f"{'-':>14}" if t is None else f"{t:11.3f} ms")
+    return " | ".join(cells)
+
+
+def verdicts(results: Mapping[int, Mapping[str, float]]) -> Dict[str, Any]:
+    """Which ways are flat in the state size, and the targets at TARGET_MIB.
+
+    ``results`` maps state MiB -> way -> median step ms.
+    """
+    sizes = sorted(results)
+    flat = {}
+    if len(sizes) > 1:
+        for way in WAYS:
+            small, large = results[sizes[0]].get(way), results[sizes[-1]].get(way)
+            if small and large:
+                flat[way] = large / small <= FLAT
+    out: Dict[str, Any] = {"flat": flat, "targets": None}
+    at = results.get(TARGET_MIB)
+    modes = {m: at[m] for m in IN_PLACE_MODES if at and at.get(m)}
+    if modes and at.get("triton") and at.get("copy_back"):
+        best = min(modes, key=modes.__getitem__)
+        vs_triton = modes[best] / at["triton"]
+        vs_copy = at["copy_back"] / modes[best]
+        out["targets"] = {
+            "state_mib": TARGET_MIB,
+            "mode": best,
+            "vs_triton": vs_triton,
+            "vs_triton_met": vs_triton <= TARGET_VS_TRITON,
+            "speedup_vs_copy_back": vs_copy,
+            "speedup_met": vs_copy >= TARGET_VS_COPY_BACK,
+        }
+    return out
+
+
+def describe(verdict: Mapping[str, Any]) -> List[str]:
+    """The verdicts as sentences."""
+    lines = []
+    flat = verdict["flat"]
+    if flat:
+        lines.append(
+            "flat in the state size (largest <= "
+            f"{FLAT:g}x smallest): {', '.join(w for w in flat if flat[w]) or 'none'}"
+        )
+        lines.append(
+            f"grows with the state: {', '.join(w for w in flat if not flat[w]) or 'none'}"
+        )
+    t = verdict["targets"]
+    if t is None:
+        lines.append(
+            f"targets: not evaluated (needs triton, copy_back and an in-place mode "
+            f"at {TARGET_MIB} MiB)"
+        )
+    else:
+        lines.append(
+            f"target at {t['state_mib']} MiB, {t['mode']}: {t['vs_triton']:.2f}x the "
+            f"bare kernel (target <= {TARGET_VS_TRITON:g}x): "
+            f"{'met' if t['vs_triton_met'] else 'MISSED'}; "
+            f"{t['speedup_vs_copy_back']:.1f}x faster than copy_back (target >= "
+            f"{TARGET_VS_COPY_BACK:g}x): {'met' if t['speedup_met'] else 'MISSED'}"
+        )
+    return lines
 
 
 def torch_dtype(trt_dtype: Any) -> torch.dtype:
@@ -134,63 +233,144 @@ def bind_addresses(context: Any, buffers: Mapping[str, torch.Tensor]) -> None:
             raise RuntimeError(f"set_tensor_address failed for tensor '{name}'")
 
 
-def define_ops() -> None:
+def _kernel() -> Any:
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def scatter_add_rows(state_ptr, index_ptr, update_ptr, out_ptr, n_rows, ROW: tl.constexpr):  # type: ignore[no-untyped-def]  # fmt: skip
+        i = tl.program_id(0)
+        if i < n_rows:
+            cols = tl.arange(0, ROW)
+            row = tl.load(index_ptr + i)
+            values = tl.load(state_ptr + row * ROW + cols)
+            values += tl.load(update_ptr + i * ROW + cols)
+            tl.store(out_ptr + row * ROW + cols, values)
+
+    return scatter_add_rows
+
+
+def launch(kernel: Any, state, index, update, out) -> None:  # type: ignore[no-untyped-def]
+    """The bare update: ``out[index] = state[index] + update`` (distinct rows)."""
+    kernel[(index.shape[0],)](state, index, update, out, index.shape[0], ROW=ROW)
+
+
+def _register_desc(qualname: str, aliased: bool) -> None:
     import tensorrt.plugin as trtp
-    import torch_tensorrt
 
-    @torch.library.custom_op("bench_state::scatter_add_", mutates_args=("state",))
-    def scatter_add_(
-        state: torch.Tensor, index: torch.Tensor, update: torch.Tensor
-    ) -> None:
-        state.index_add_(0, index, update)
-
-    @scatter_add_.register_fake
-    def _(state, index, update):
-        return None
-
-    @trtp.register("bench_state::scatter_add_")
-    def _desc(
+    @trtp.register(qualname)
+    def _(
         state: trtp.TensorDesc, index: trtp.TensorDesc, update: trtp.TensorDesc
     ) -> Tuple[trtp.TensorDesc]:
-        return (state.aliased(),)
-
-    @trtp.impl("bench_state::scatter_add_")
-    def _impl(
-        state: trtp.Tensor,
-        index: trtp.Tensor,
-        update: trtp.Tensor,
-        outputs: Tuple[trtp.Tensor],
-        stream: int,
-    ) -> None:
-        with torch.cuda.stream(torch.cuda.ExternalStream(stream)):
-            torch.as_tensor(state, device="cuda").index_add_(
-                0,
-                torch.as_tensor(index, device="cuda"),
-                torch.as_tensor(update, device="cuda"),
-            )
-
-    torch_tensorrt.dynamo.conversion.plugins.generate_plugin_converter(
-        "bench_state::scatter_add_", use_aot_if_available=False
-    )
+        return (state.aliased() if aliased else state.like(),)
 
 
-class Aliased(torch.nn.Module):
-    def forward(self, state, index, update):
+def define_ops(impl: str = "aot") -> None:
+    """The two in-place ops, their plugins and converters (standard TensorRT)."""
+    import tensorrt.plugin as trtp
+    import torch_tensorrt
+    import triton
+
+    kernel = _kernel()
+    for name, aliased in (("scatter_add_", True), ("scatter_add_same_address_", False)):
+        qualname = f"bench_state::{name}"
+
+        @torch.library.custom_op(qualname, mutates_args=("state",))
+        def op(state: torch.Tensor, index: torch.Tensor, update: torch.Tensor) -> None:
+            state.index_add_(0, index, update)
+
+        @op.register_fake
+        def _(state, index, update):  # type: ignore[no-untyped-def]
+            return None
+
+        _register_desc(qualname, aliased)
+        if impl == "jit":
+
+            @trtp.impl(qualname)
+            def _(state, index, update, outputs, stream):  # type: ignore[no-untyped-def]
+                with torch.cuda.stream(torch.cuda.ExternalStream(stream)):
+                    idx = torch.as_tensor(index, device="cuda")
+                    launch(
+                        kernel,
+                        torch.as_tensor(state, device="cuda"),
+                        idx,
+                        torch.as_tensor(update, device="cuda"),
+                        torch.as_tensor(outputs[0], device="cuda"),
+                    )
+
+        else:
+
+            @trtp.aot_impl(qualname)
+            def _(
+                state: trtp.TensorDesc,
+                index: trtp.TensorDesc,
+                update: trtp.TensorDesc,
+                outputs: Tuple[trtp.TensorDesc],
+                tactic: int,
+            ) -> Tuple[
+                Union[str, bytes],
+                Union[str, bytes],
+                trtp.KernelLaunchParams,
+                trtp.SymIntExprs,
+            ]:
+                src = triton.compiler.ASTSource(
+                    fn=kernel,
+                    signature={
+                        "state_ptr": "*fp32",
+                        "index_ptr": "*i64",
+                        "update_ptr": "*fp32",
+                        "out_ptr": "*fp32",
+                        "n_rows": "i32",
+                    },
+                    constexprs={"ROW": ROW},
+                )
+                compiled = triton.compile(src)
+                params = trtp.KernelLaunchParams()
+                params.grid_x = index.shape_expr[0]
+                params.block_x = compiled.metadata.num_warps * 32
+                params.shared_mem = compiled.metadata.shared
+                extra = trtp.SymIntExprs(1)
+                extra[0] = trtp.SymInt32(index.shape_expr[0])
+                return compiled.metadata.name, compiled.asm["ptx"], params, extra
+
+        torch_tensorrt.dynamo.conversion.plugins.generate_plugin_converter(
+            qualname, use_aot_if_available=impl == "aot"
+        )
+
+
+class DeclaredAlias(torch.nn.Module):
+    def forward(self, state, index, update):  # type: ignore[no-untyped-def]
         torch.ops.bench_state.scatter_add_(state, index, update)
         return update.sum()
 
 
-class CopyBack(torch.nn.Module):
-    def forward(self, state, index, update):
-        state.index_add_(0, index, update)
+class SameAddress(torch.nn.Module):
+    def forward(self, state, index, update):  # type: ignore[no-untyped-def]
+        torch.ops.bench_state.scatter_add_same_address_(state, index, update)
         return update.sum()
 
 
-def build(module, args):
+class CopyBack(torch.nn.Module):
+    def forward(self, state, index, update):  # type: ignore[no-untyped-def]
+        # the rows are distinct: the same update as the kernel's, in standard
+        # layers (index_add_ would lower to an accumulating index_put)
+        state[index] = state[index] + update
+        return update.sum()
+
+
+MODULES = {
+    "declared_alias": (DeclaredAlias, {"in_place_plugin_binding": "declared_alias"}),
+    "same_address": (SameAddress, {"in_place_plugin_binding": "same_address"}),
+    "copy_back": (CopyBack, {}),
+}
+
+
+def build_engine(way: str, args: Sequence[torch.Tensor]) -> Tuple[bytes, List[Any]]:
+    """The serialized engine of ``way`` and its alias map's entries."""
     import torch_tensorrt
 
-    trt = _trt()
-    ep = torch.export.export(module, args)
+    module, options = MODULES[way]
+    ep = torch.export.export(module(), tuple(args))
     with tempfile.TemporaryDirectory() as tmp:
         engine_bytes = (
             torch_tensorrt.dynamo.convert_exported_program_to_serialized_trt_engine(
@@ -199,56 +379,109 @@ def build(module, args):
                 min_block_size=1,
                 require_full_compilation=True,
                 alias_map_path=f"{tmp}/aliases.json",
+                **options,
             )
         )
         with open(f"{tmp}/aliases.json") as f:
             aliases = json.load(f)["aliases"]
-    engine = trt.Runtime(trt.Logger()).deserialize_cuda_engine(engine_bytes)
-    return engine, aliases
+    expected = "copy" if way == "copy_back" else "in_place"
+    updates = [(a["input"], a["update"]) for a in aliases]
+    if updates != [("state", expected)]:
+        raise RuntimeError(
+            f"{way}: the alias map updates {updates}, expected [('state', "
+            f"'{expected}')]; this measurement would not be the {way} way"
+        )
+    return engine_bytes, aliases
 
 
-def step_time(engine, aliases, args, steps):
-    context = engine.create_execution_context()
-    inputs = dict(zip(["state", "index", "update"], args))
-    buffers, copies = bind_buffers(engine, inputs, aliases)
-    bind_addresses(context, buffers)
-    # TensorRT documents extra synchronization on the default stream
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
+def _timed(run: Any, stream: torch.cuda.Stream, steps: int) -> float:
     times = []
     with torch.cuda.stream(stream):
+        run()  # warm-up
         for _ in range(steps):
             start, end = torch.cuda.Event(True), torch.cuda.Event(True)
             start.record(stream)
-            if not context.execute_async_v3(stream.cuda_stream):
-                raise RuntimeError("execute_async_v3 failed")
-            for dst, src in copies:
-                dst.copy_(src)
+            run()
             end.record(stream)
             end.synchronize()
             times.append(start.elapsed_time(end))
     return statistics.median(times)
 
 
+def step_time(way: str, args: Sequence[torch.Tensor], steps: int) -> float:
+    """Median ms of one update of the state (``args[0]``) the ``way`` given."""
+    from torch_tensorrt.dynamo.lowering._mutation_write_backs import (
+        check_in_place_bindings,
+    )
+
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    state, index, update = args
+    if way == "triton":
+        kernel = _kernel()
+        return _timed(
+            lambda: launch(kernel, state, index, update, state), stream, steps
+        )
+    trt = _trt()
+    engine_bytes, aliases = build_engine(way, args)
+    runtime = trt.Runtime(trt.Logger())
+    runtime.engine_host_code_allowed = True  # AOT plugins
+    engine = runtime.deserialize_cuda_engine(engine_bytes)
+    context = engine.create_execution_context()
+    buffers, copies = bind_buffers(
+        engine, {"state": state, "index": index, "update": update}, aliases
+    )
+    check_in_place_bindings(aliases, {n: t.data_ptr() for n, t in buffers.items()})
+    bind_addresses(context, buffers)
+
+    def run() -> None:
+        if not context.execute_async_v3(stream.cuda_stream):
+            raise RuntimeError(f"{way}: execute_async_v3 failed")
+        for dst, src in copies:
+            dst.copy_(src)
+
+    return _timed(run, stream, steps)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> None:
     args = parse_args(argv)
-    define_ops()
-    print(HEADER)
+    trt = _trt()
+    if any(w in IN_PLACE_MODES for w in args.ways):
+        define_ops(args.impl)
+    print(header(args.ways))
+    results: Dict[int, Dict[str, float]] = {}
     for mib in args.sizes_mib:
-        rows = mib * 1024 * 1024 // (ROW * 4)
-        touched = max(1, rows // 1000)  # 0.1% of the state per step
+        rows, touched = rows_of(mib)
         state = torch.zeros(rows, ROW, device="cuda")
-        index = torch.randint(0, rows, (touched,), device="cuda")
+        index = torch.randperm(rows, device="cuda")[:touched]
         update = torch.randn(touched, ROW, device="cuda")
-        results = []
-        for module in (Aliased(), CopyBack()):
-            engine, aliases = build(module, (state, index, update))
-            results.append(
-                step_time(engine, aliases, (state, index, update), args.steps)
+        results[mib] = {
+            way: step_time(way, (state, index, update), args.steps) for way in args.ways
+        }
+        print(format_row(mib, results[mib], args.ways))
+        del state
+        torch.cuda.empty_cache()
+    verdict = verdicts(results)
+    for line in describe(verdict):
+        print(line)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(
+                {
+                    "device": torch.cuda.get_device_name(),
+                    "tensorrt": trt.__version__,
+                    "torch": torch.__version__,
+                    "impl": args.impl,
+                    "steps": args.steps,
+                    "row_bytes": ROW * 4,
+                    "fraction_updated": 1 / FRACTION,
+                    "median_ms": {str(m): r for m, r in results.items()},
+                    **verdict,
+                },
+                f,
+                indent=2,
             )
-            del engine
-        aliased, copy_back = results
-        print(format_row(mib, aliased, copy_back))
+            f.write("\n")
 
 
 if __name__ == "__main__":
