@@ -139,6 +139,16 @@ class BumpState(torch.nn.Module):
         return state.sum()
 
 
+def _in_binding_order(module, state, update):
+    """The engine's inputs: by binding name when the names are the model's, else
+    in the model's order (the graph's placeholders)."""
+    by_name = {"state": state, "update": update}
+    names = list(module.input_binding_names)
+    if sorted(names) == sorted(by_name):
+        return [by_name[n] for n in names]
+    return [state, update]
+
+
 @unittest.skipIf(not torch.cuda.is_available(), NO_GPU)
 class TestPythonEngineOnGpu(TestCase):
     def _engine(self):
@@ -161,8 +171,7 @@ class TestPythonEngineOnGpu(TestCase):
         module, engine = self._engine()
         self.assertTrue(engine.in_place_outputs)
         state, update = torch.zeros(8, 16).cuda(), torch.ones(8, 1).cuda()
-        inputs = {"state": state, "update": update}
-        ordered = [inputs[n] for n in module.input_binding_names]
+        ordered = _in_binding_order(module, state, update)
         outputs = engine.execute(ordered)
         outputs = [outputs] if isinstance(outputs, torch.Tensor) else list(outputs)
         for o, i in engine.in_place_outputs:
@@ -175,8 +184,7 @@ class TestPythonEngineOnGpu(TestCase):
         module, engine = self._engine()
         state = torch.zeros(16, 8).cuda().t()
         update = torch.ones(8, 1).cuda()
-        inputs = {"state": state, "update": update}
-        engine.execute([inputs[n] for n in module.input_binding_names])
+        engine.execute(_in_binding_order(module, state, update))
         self.assertEqual(state[:, 3], torch.ones(8).cuda())
 
 
