@@ -59,6 +59,19 @@ _L2 = [
 """
 
 
+# The shape of upstream's plugin docs index (docsrc/tutorials/extensibility/plugins).
+DOCS_INDEX = """\
+Plugins
+=======
+
+.. toctree::
+   :maxdepth: 1
+
+   plugins
+   Example: Auto-generate a Plugin <../../_rendered_examples/dynamo/auto_generate_plugins>
+"""
+
+
 def git(cwd, *args, input=None) -> str:
     return subprocess.run(
         ["git", *args], cwd=cwd, check=True, capture_output=True, text=True, input=input
@@ -90,6 +103,9 @@ def upstream(base_src, tmp_path):
     (repo / "tests" / "py" / "x.txt").write_text("upstream test data\n")
     (repo / "tests" / "ci").mkdir()
     (repo / "tests" / "ci" / "suites.py").write_text(SUITES)
+    docs = repo / "docsrc" / "tutorials" / "extensibility" / "plugins"
+    docs.mkdir(parents=True)
+    (docs / "index.rst").write_text(DOCS_INDEX)
     git(repo, "init", "-q", "-b", "main")
     git(repo, "config", "user.name", "Upstream Dev")
     git(repo, "config", "user.email", "dev@example.org")
@@ -347,6 +363,14 @@ def test_the_repository_patch_set_exports_onto_the_2_14_0_sources(upstream):
     assert subjects[: len(patches)] == [
         export.commit_message(p)[0].split("\n")[0] for p in patches
     ]
+    if os.path.isdir(os.path.join(series.REPO_ROOT, "docsrc")):
+        assert subjects[-1] == "docs: list the new plugin pages and examples"
+        index = git(
+            upstream,
+            "show",
+            "inplace-plugins:docsrc/tutorials/extensibility/plugins/index.rst",
+        )
+        assert "   inplace_plugins\n" in index
 
 
 def plugin_test_only(tmp_path):

@@ -32,24 +32,47 @@ def _cmd_refresh(args: argparse.Namespace) -> str:
 
 
 def _cmd_check(args: argparse.Namespace) -> str:
-    from . import series, tree
+    import tempfile
+
+    from . import series, stack, tree
 
     patches = series.read_series()
     problems = [p for patch in patches for p in series.header_problems(patch)]
     if problems:
         raise PatchsetError("; ".join(problems))
+    pieces = stack.read_stack()
     differences = tree.flavour_differences()
     if differences:
         raise PatchsetError(
             "patched sources differ between flavours: "
             + ", ".join(f"{k} ({v})" for k, v in differences.items())
         )
-    return f"{len(patches)} patch(es) apply cleanly to the 2.14.0 sources of both flavours; patched sources identical"
+    summary = (
+        f"{len(patches)} patch(es) apply cleanly to the 2.14.0 sources of both "
+        f"flavours; patched sources identical; stack of {len(pieces)} piece(s) "
+        f"({', '.join(p.id for p in pieces)}) is the series in order, so every "
+        "prefix applies"
+    )
+    if not args.prefixes:
+        return summary
+    flavour = args.flavour or flavour_from_env()
+    with tempfile.TemporaryDirectory(prefix="patchset-prefixes-") as out:
+        results = stack.check_prefixes(
+            pieces, args.python or sys.executable, flavour, out
+        )
+    lines = [
+        f"  {k}. {piece}: {result}" for k, (piece, result) in enumerate(results, 1)
+    ]
+    return "\n".join(
+        [summary, f"each prefix alone ({flavour}), its own tests:", *lines]
+    )
 
 
 def _cmd_export(args: argparse.Namespace) -> str:
     from . import export
 
+    if args.stack:
+        return export.export_stack(args.checkout, args.branch)
     return export.export(args.checkout, args.branch)
 
 
@@ -92,8 +115,19 @@ def main(argv: List[str]) -> int:
     p.set_defaults(func=_cmd_refresh)
 
     p = sub.add_parser(
-        "check", help="headers complete; series applies to 2.14.0; flavours identical"
+        "check",
+        help="headers complete; series and stack consistent; series applies to "
+        "2.14.0; flavours identical",
     )
+    p.add_argument(
+        "--prefixes",
+        action="store_true",
+        help="also build, install and test every stack prefix alone",
+    )
+    p.add_argument(
+        "--python", help="python of the venv to test prefixes in (default: this one)"
+    )
+    p.add_argument("--flavour", choices=["standard", "rtx"])
     p.set_defaults(func=_cmd_check)
 
     p = sub.add_parser(
@@ -101,7 +135,16 @@ def main(argv: List[str]) -> int:
         help="commit the series, new modules and tests onto an upstream checkout",
     )
     p.add_argument("checkout", help="path of a clean pytorch/TensorRT git checkout")
-    p.add_argument("--branch", default="inplace-plugins", help="branch to create there")
+    p.add_argument(
+        "--branch",
+        default="inplace-plugins",
+        help="branch to create there (with --stack: the prefix of the branch names)",
+    )
+    p.add_argument(
+        "--stack",
+        action="store_true",
+        help="one branch per piece of patches/stack, each on the one before",
+    )
     p.set_defaults(func=_cmd_export)
 
     p = sub.add_parser(

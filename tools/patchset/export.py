@@ -198,10 +198,18 @@ def _name_list(names: List[str]) -> str:
     return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
+_DOC_ROOTS = ("docsrc/", "examples/")
+
+
 def overlay_message(modules: List[str], tests: List[str]) -> str:
     """Commit message of the overlay commit: subject naming what is added, body listing every file."""
     module_names = [
-        os.path.splitext(os.path.basename(m))[0] for m in modules if m.endswith(".py")
+        (
+            os.path.splitext(os.path.basename(m))[0]
+            if m.endswith(".py")
+            else os.path.basename(m)
+        )
+        for m in modules
     ]
     module_names = [n for n in module_names if n != "__init__"] or [
         os.path.basename(m) for m in modules
@@ -211,7 +219,9 @@ def overlay_message(modules: List[str], tests: List[str]) -> str:
         for t in tests
         if re.match(r"test_.*\.py$", os.path.basename(t))
     ] or [os.path.basename(t) for t in tests]
-    if modules and tests:
+    if modules and not tests and all(m.startswith(_DOC_ROOTS) for m in modules):
+        subject = f"docs: add {_name_list(module_names)}"
+    elif modules and tests:
         subject = f"feat: add {_name_list(module_names)}, with tests"
     elif modules:
         subject = f"feat: add {_name_list(module_names)}"
@@ -278,14 +288,24 @@ def _overlay_plan(
     work: str, overlay_root: Optional[str], tests_root: Optional[str]
 ) -> Tuple[List[Tuple[str, str]], List[str]]:
     """(source, upstream path) pairs of new files, and the ones that would overwrite upstream files."""
+    docs: List[Tuple[str, str]] = []
     if overlay_root is None:
         overlay_root, modules = wheelbuild.OVERLAY_ROOT, wheelbuild.overlay_files()
+        # this repository's docs pages and examples go upstream too
+        for sub in _DOC_ROOTS:
+            top = os.path.join(REPO_ROOT, sub)
+            if os.path.isdir(top):
+                docs += [
+                    (os.path.join(top, rel), sub + rel)
+                    for rel in wheelbuild.source_files(top)
+                ]
     else:
         modules = wheelbuild.source_files(overlay_root)
     tests_root = TESTS_ROOT if tests_root is None else tests_root
     tests = wheelbuild.source_files(tests_root) if os.path.isdir(tests_root) else []
     plan = [(os.path.join(overlay_root, rel), "py/" + rel) for rel in modules]
     plan += [(os.path.join(tests_root, rel), "tests/py/" + rel) for rel in tests]
+    plan += docs
     clashes = [
         f"{dest} would overwrite an upstream file"
         for _, dest in plan
@@ -350,6 +370,63 @@ def _register_plugin_tests(work: str, added: List[str]) -> List[str]:
     return new
 
 
+DOCS_INDEX = "docsrc/tutorials/extensibility/plugins/index.rst"
+_DOCS_DIR = "docsrc/tutorials/extensibility/plugins/"
+_EXAMPLES_DIR = "examples/dynamo/"
+
+
+def _example_title(path: str) -> str:
+    """The title of a sphinx-gallery example: the docstring line above its ``===``."""
+    with open(path, encoding="utf-8") as f:
+        lines = [line.rstrip() for line in f.read().split("\n")]
+    for i in range(1, len(lines)):
+        if lines[i] and set(lines[i]) == {"="} and lines[i - 1].strip():
+            return lines[i - 1].strip()
+    raise PatchsetError(f"{path}: no sphinx-gallery title (a line underlined with '=')")
+
+
+def _register_docs(work: str, added: List[str]) -> List[str]:
+    """Add new plugin pages and examples to the toctree of upstream's plugin docs.
+
+    A page under ``docsrc/tutorials/extensibility/plugins/`` is listed by name; an
+    example under ``examples/dynamo/`` as ``Example: <title> <rendered path>``,
+    the way the index lists the other plugin examples. Returns the entries added.
+    """
+    entries = []
+    for dest in added:
+        name, ext = os.path.splitext(os.path.basename(dest))
+        if dest.startswith(_DOCS_DIR) and ext == ".rst" and name != "index":
+            entries.append(f"   {name}")
+        elif dest.startswith(_EXAMPLES_DIR) and ext == ".py":
+            title = _example_title(os.path.join(work, dest))
+            entries.append(
+                f"   Example: {title} <../../_rendered_examples/dynamo/{name}>"
+            )
+    if not entries:
+        return []
+    path = os.path.join(work, DOCS_INDEX)
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.read().split("\n")
+        start = next(
+            i for i, line in enumerate(lines) if line.strip() == ".. toctree::"
+        )
+    except (OSError, StopIteration):
+        raise PatchsetError(
+            f"{DOCS_INDEX}: cannot find its '.. toctree::' to list {entries}"
+        ) from None
+    last = start
+    for i in range(start + 1, len(lines)):
+        if lines[i].startswith("   ") and lines[i].strip():
+            last = i
+        elif lines[i].strip():
+            break
+    lines[last + 1 : last + 1] = entries
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("\n".join(lines))
+    return [e.strip() for e in entries]
+
+
 # --------------------------------------------------------------------------- entry point
 
 
@@ -388,7 +465,8 @@ def export(
         if plan:
             _commit_overlay(work, identity, plan)
             commits += 1
-            registered = _register_plugin_tests(work, [dest for _, dest in plan])
+            added = [dest for _, dest in plan]
+            registered = _register_plugin_tests(work, added)
             if registered:
                 _git(work, ["add", "--", SUITES_FILE])
                 _commit(
@@ -396,6 +474,17 @@ def export(
                     identity,
                     "ci: run the new plugin tests in plugins-automatic\n\n"
                     + "\n".join(f"- {entry}" for entry in registered),
+                    None,
+                )
+                commits += 1
+            if any(d.startswith(_DOC_ROOTS) for d in added):
+                docs = _register_docs(work, added)
+                _git(work, ["add", "--", DOCS_INDEX])
+                _commit(
+                    work,
+                    identity,
+                    "docs: list the new plugin pages and examples\n\n"
+                    + "\n".join(f"- {entry}" for entry in docs),
                     None,
                 )
                 commits += 1
@@ -410,4 +499,101 @@ def export(
     return (
         f"created branch {branch} in {top}: {commits} commit(s) on {head[:10]} "
         f"({len(patches)} patch commit(s){overlay})"
+    )
+
+
+def export_stack(
+    checkout: str,
+    branch_prefix: str,
+    patch_dir: Optional[str] = None,
+    root: Optional[str] = None,
+) -> str:
+    """One branch per piece of the stack (``patches/stack``) in the upstream ``checkout``.
+
+    Branch ``<branch_prefix>/<NN>-<piece>`` holds that piece on top of the
+    branch before it: one commit per patch (message from its header), then one
+    commit with the piece's new files, then, where needed, one registering its
+    plugin tests in ``tests/ci/suites.py`` and its pages and examples in the
+    plugin docs' toctree. ``patch_dir`` and ``root`` (where the listed new files
+    are) default to this repository. As with :func:`export`, the checkout gets
+    the branches only when every piece fits, and is otherwise left untouched.
+    """
+    from . import stack
+
+    patch_dir = patch_dir or series.PATCH_DIR
+    root = root or REPO_ROOT
+    pieces = stack.read_stack(patch_dir, root)
+    branches = [f"{branch_prefix}/{k:02d}-{p.id}" for k, p in enumerate(pieces, 1)]
+    top = None
+    for branch in branches:
+        top = _validate_checkout(checkout, branch)
+    assert top is not None
+    identity = _identity_args(top)
+    head = _git(top, ["rev-parse", "HEAD^{commit}"]).strip()
+    scratch = tempfile.mkdtemp(prefix="patchset-export-")
+    work = os.path.join(scratch, "clone")
+    try:
+        _git(scratch, ["clone", "-q", "--shared", "--no-checkout", top, work])
+        _git(work, ["checkout", "-q", "-b", branches[0], head])
+        conflicts: List[str] = []
+        for piece, branch in zip(pieces, branches):
+            if branch != branches[0]:
+                _git(work, ["checkout", "-q", "-b", branch])
+            _, failed = _apply_series(work, identity, list(piece.patches))
+            conflicts += [f"[{piece.id}] {c}" for c in failed]
+            plan = [(os.path.join(root, f), f) for f in piece.exported_files]
+            conflicts += [
+                f"[{piece.id}] {dest} would overwrite an upstream file"
+                for _, dest in plan
+                if os.path.lexists(os.path.join(work, dest))
+            ]
+            if conflicts or not plan:
+                continue
+            for src, dest in plan:
+                target = os.path.join(work, dest)
+                os.makedirs(os.path.dirname(target), exist_ok=True)
+                shutil.copy2(src, target)
+            added = [dest for _, dest in plan]
+            _git(work, ["add", "--", *added])
+            tests = [d for d in added if d.startswith("tests/")]
+            _commit(
+                work,
+                identity,
+                overlay_message([d for d in added if d not in tests], tests),
+                None,
+            )
+            registered = _register_plugin_tests(work, added)
+            docs = _register_docs(work, added)
+            if registered or docs:
+                _git(
+                    work,
+                    [
+                        "add",
+                        "--",
+                        *([SUITES_FILE] if registered else []),
+                        *([DOCS_INDEX] if docs else []),
+                    ],
+                )
+                _commit(
+                    work,
+                    identity,
+                    "ci, docs: list the new tests, pages and examples\n\n"
+                    + "\n".join(f"- {entry}" for entry in registered + docs),
+                    None,
+                )
+        if conflicts:
+            raise PatchsetError(
+                f"{len(conflicts)} conflict(s) exporting the stack onto {top} at "
+                f"{head[:10]}, no branch created: " + "; ".join(conflicts)
+            )
+        _git(
+            top,
+            ["fetch", "-q", work]
+            + [f"refs/heads/{b}:refs/heads/{b}" for b in branches],
+        )
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return (
+        f"created {len(branches)} stacked branch(es) in {top} on {head[:10]}: "
+        + ", ".join(branches)
     )

@@ -41,13 +41,21 @@ def overlay_files() -> List[str]:
     return source_files(OVERLAY_ROOT)
 
 
-def content_hash() -> str:
-    """Hash of everything that changes the built wheel (pins, series, patches, overlay)."""
+def content_hash(
+    patches: Optional[List[series.Patch]] = None, modules: Optional[List[str]] = None
+) -> str:
+    """Hash of everything that changes the built wheel (pins, series, patches, overlay).
+
+    ``patches`` and ``modules`` select part of the patch set (a stack prefix);
+    by default the whole series and every new module.
+    """
     h = hashlib.sha256()
-    inputs = [base.PINS_FILE, series.SERIES_FILE] + [
-        p.path for p in series.read_series()
+    patches = series.read_series() if patches is None else patches
+    inputs = [base.PINS_FILE, series.SERIES_FILE] + [p.path for p in patches]
+    inputs += [
+        os.path.join(OVERLAY_ROOT, f)
+        for f in (overlay_files() if modules is None else modules)
     ]
-    inputs += [os.path.join(OVERLAY_ROOT, f) for f in overlay_files()]
     for path in inputs:
         h.update(os.path.relpath(path, REPO_ROOT).replace(os.sep, "/").encode())
         with open(path, "rb") as f:
@@ -55,19 +63,23 @@ def content_hash() -> str:
     return h.hexdigest()[:10]
 
 
-def local_version(label: Optional[str] = None) -> str:
+def local_version(
+    label: Optional[str] = None,
+    patches: Optional[List[series.Patch]] = None,
+    modules: Optional[List[str]] = None,
+) -> str:
     """``2.14.0+<label>.g<content hash>``: PEP 440 local version naming this exact patch set."""
     label = label or os.environ.get("TORCHTRT_PATCHSET_LABEL") or DEFAULT_LABEL
     if not _LABEL_RE.match(label):
         raise PatchsetError(
             f"label {label!r} must be lower-case letters and digits only"
         )
-    return f"{BASE_VERSION}+{label}.g{content_hash()}"
+    return f"{BASE_VERSION}+{label}.g{content_hash(patches, modules)}"
 
 
-def apply_overlay(tree: str) -> None:
-    """Copy ``py/`` new modules into ``tree``; refuse to overwrite an upstream file."""
-    for rel in overlay_files():
+def apply_overlay(tree: str, modules: Optional[List[str]] = None) -> None:
+    """Copy ``py/`` new modules (all, or ``modules``) into ``tree``; never overwrite."""
+    for rel in overlay_files() if modules is None else modules:
         dest = os.path.join(tree, rel)
         if os.path.exists(dest):
             raise PatchsetError(
@@ -117,20 +129,25 @@ def build_patched_wheel(
     python_tag: Optional[str] = None,
     platform_tag: Optional[str] = None,
     label: Optional[str] = None,
+    patches: Optional[List[series.Patch]] = None,
+    modules: Optional[List[str]] = None,
 ) -> str:
-    """Build the patched wheel of ``flavour`` into ``out_dir``; return its path."""
+    """Build the patched wheel of ``flavour`` into ``out_dir``; return its path.
+
+    ``patches`` and ``modules`` build part of the patch set (a stack prefix).
+    """
     python_tag = python_tag or base.current_python_tag()
     platform_tag = platform_tag or base.current_platform_tag()
-    version = local_version(label)
+    patches = series.read_series() if patches is None else patches
+    version = local_version(label, patches, modules)
     base_wheel = base.fetch_base_wheel(flavour, python_tag, platform_tag)
-    patches = series.read_series()
     work = tempfile.mkdtemp(prefix="patchset-build-")
     try:
         run_wheel_cli(["unpack", "--dest", work, base_wheel], work)
         (tree,) = glob.glob(os.path.join(work, f"*-{BASE_VERSION}"))
         # Wheel layout is upstream's minus the leading ``py/``: strip ``a/py/``.
         series.apply_series(tree, strip=2, patches=patches)
-        apply_overlay(tree)
+        apply_overlay(tree, modules)
         (dist_info,) = glob.glob(os.path.join(tree, "*.dist-info"))
         _set_version(dist_info, version)
         packed = os.path.join(work, "packed")

@@ -368,7 +368,7 @@ class TestInplacePlugins(TestCase):
         "The compiled module already runs on the Python runtime (see the test above).",
     )
     def test_python_runtime_captures_again_for_a_moved_state(self):
-        """Patch 0021's re-capture, on the Python TRTEngine beside the C++ runtime.
+        """Patch 0023's re-capture, on the Python TRTEngine beside the C++ runtime.
 
         With the C++ runtime library loaded, a compiled module always runs on it;
         the Python TRTEngine is driven directly from the module's engine info, as

@@ -261,6 +261,39 @@ def _clone(args):
     return tuple(a.clone() for a in args)
 
 
+def _dryrun(module, args, **kwargs):
+    """``compile(dryrun=True)``: partitioned, nothing built; runs on the CPU."""
+    ep = torch.export.export(copy.deepcopy(module), _clone(args))
+    return torch_tensorrt.dynamo.compile(
+        ep,
+        arg_inputs=list(_clone(args)),
+        dryrun=True,
+        min_block_size=1,
+        **kwargs,
+    )
+
+
+def _build_engine(module, args, **kwargs):
+    """The serialized engine, and the graph and interpreter result it was built from."""
+    from torch_tensorrt.dynamo import _compiler
+
+    results = []
+    real = _compiler.interpret_module_to_result
+
+    def spy(gm, *a, **kw):
+        results.append((gm, real(gm, *a, **kw)))
+        return results[-1][1]
+
+    ep = torch.export.export(copy.deepcopy(module), _clone(args))
+    with unittest.mock.patch.object(_compiler, "interpret_module_to_result", spy):
+        engine = _compiler.convert_exported_program_to_serialized_trt_engine(
+            ep, arg_inputs=list(args), **kwargs
+        )
+    assert isinstance(engine, bytes)
+    ((gm, result),) = results
+    return engine, gm, result
+
+
 def _lowered(module, args, **settings):
     ep = torch.export.export(copy.deepcopy(module), _clone(args))
     gm = ep.run_decompositions().module()
@@ -654,14 +687,7 @@ class TestCompileDryrunOnCpu(TestCase):
     """``compile(dryrun=True)`` partitions without building; the result runs on CPU."""
 
     def _compile(self, module, args, **kwargs):
-        ep = torch.export.export(copy.deepcopy(module), _clone(args))
-        return torch_tensorrt.dynamo.compile(
-            ep,
-            arg_inputs=list(_clone(args)),
-            dryrun=True,
-            min_block_size=1,
-            **kwargs,
-        )
+        return _dryrun(module, args, **kwargs)
 
     def test_user_input_matrix_matches_eager(self):
         for name, cls, n in USER_INPUT_CASES:
@@ -673,23 +699,9 @@ class TestCompileDryrunOnCpu(TestCase):
                     self.assertEqual(gm(*compiled_args), cls()(*eager_args))
                     self.assertEqual(compiled_args, eager_args, msg="mutation lost")
 
-    def test_buffer_matrix_updates_the_module_state_like_eager(self):
-        for name, cls in BUFFER_CASES:
-            with self.subTest(name):
-                x = _inputs(1)[0]
-                gm = self._compile(cls(), (x,), require_full_compilation=True)
-                engines = [c for c, _ in gm.named_children() if "_run_on_acc" in c]
-                self.assertEqual(engines, ["_run_on_acc_0"])
-                eager = cls()
-                for step in range(3):
-                    self.assertEqual(gm(x.clone()), eager(x.clone()))
-                    self.assertEqual(
-                        gm.get_buffer("state"), eager.state, msg=f"step {step}"
-                    )
-
     def test_dynamic_batch(self):
         batch = torch.export.Dim("batch", min=1, max=8)
-        for cls, n in ((MutateAndReturn, 2), (MutateRowState, 1)):
+        for cls, n in ((MutateAndReturn, 2),):
             with self.subTest(cls.__name__):
                 args = _inputs(n, batch=4)
                 shapes = tuple({0: batch} for _ in range(n))
@@ -709,17 +721,6 @@ class TestCompileDryrunOnCpu(TestCase):
                     compiled_args, eager_args = _clone(small), _clone(small)
                     self.assertEqual(gm(*compiled_args), eager(*eager_args))
                     self.assertEqual(compiled_args, eager_args)
-                    if cls is MutateRowState:
-                        self.assertEqual(gm.get_buffer("state"), eager.state)
-
-    def test_views_tensorrt_cannot_write_back_fall_back_to_pytorch(self):
-        for cls in (MutateTransposedState, MutateOverlappingViews):
-            with self.subTest(cls.__name__):
-                x = _inputs(1)[0]
-                gm = self._compile(cls(), (x,))
-                eager = cls()
-                self.assertEqual(gm(x.clone()), eager(x.clone()))
-                self.assertEqual(gm.get_buffer("state"), eager.state)
 
     def test_views_tensorrt_cannot_write_back_are_errors_with_full_compilation(self):
         cases = [
@@ -757,23 +758,7 @@ class TestSerializedEngineOnCpu(TestCase):
     """The standalone engine returns the new value of every mutated input."""
 
     def _build(self, module, args, **kwargs):
-        from torch_tensorrt.dynamo import _compiler
-
-        results = []
-        real = _compiler.interpret_module_to_result
-
-        def spy(gm, *a, **kw):
-            results.append((gm, real(gm, *a, **kw)))
-            return results[-1][1]
-
-        ep = torch.export.export(copy.deepcopy(module), _clone(args))
-        with unittest.mock.patch.object(_compiler, "interpret_module_to_result", spy):
-            engine = _compiler.convert_exported_program_to_serialized_trt_engine(
-                ep, arg_inputs=list(args), **kwargs
-            )
-        self.assertIsInstance(engine, bytes)
-        ((gm, result),) = results
-        return engine, gm, result
+        return _build_engine(module, args, **kwargs)
 
     def _check_values(self, gm, module, args):
         """The engine's graph returns the model's outputs, then the new inputs."""
@@ -832,83 +817,6 @@ class TestSerializedEngineOnCpu(TestCase):
         )
         self.assertIn(b"x_new", engine)
 
-    def test_lifted_buffer_state_leaves_the_engine(self):
-        for name, cls in BUFFER_CASES:
-            with self.subTest(name):
-                x = _inputs(1)[0]
-                _, gm, result = self._build(
-                    cls(), (x,), lift_mutable_buffers=True, min_block_size=1
-                )
-                self.assertEqual(result.input_names, ["x", "buf_state"])
-                # the state's new value: its own output, or the model's output
-                # when the model returns the buffer
-                state_output = (
-                    "output0" if cls is ReturnMutatedBuffer else "buf_state_new"
-                )
-                self.assertEqual(result.output_names[-1], state_output)
-                eager = cls()
-                outputs = gm(x.clone(), torch.zeros(4, 16))
-                eager_outputs = eager(x.clone())
-                self.assertEqual(outputs[-1], eager.state)
-                self.assertEqual(
-                    outputs[: len(result.output_names) - 1],
-                    [o for o in torch.utils._pytree.tree_leaves(eager_outputs)][
-                        : len(result.output_names) - 1
-                    ],
-                )
-
-    def test_alias_map_names_every_write_back(self):
-        import json
-        import tempfile
-
-        expected = {
-            "inplace_aten_not_returned": [("x_new", "x")],
-            "mutate_input_returned": [("output0", "x")],
-            "mutate_input_return_nothing": [("x_new", "x")],
-            "two_mutated_args": [("x_new", "x"), ("z_new", "z")],
-        }
-        cases = {name: (cls, n) for name, cls, n in USER_INPUT_CASES}
-        with tempfile.TemporaryDirectory() as tmp:
-            for name, pairs in expected.items():
-                with self.subTest(name):
-                    cls, n = cases[name]
-                    path = f"{tmp}/{name}.json"
-                    _, _, result = self._build(
-                        cls(), _inputs(n), min_block_size=1, alias_map_path=path
-                    )
-                    with open(path) as f:
-                        data = json.load(f)
-                    self.assertEqual(data["format"], "torch_tensorrt.engine_io_aliases")
-                    self.assertEqual(data["version"], 2)
-                    self.assertEqual(
-                        [
-                            (a["output"], a["input"], a["update"])
-                            for a in data["aliases"]
-                        ],
-                        [(o, i, "copy") for o, i in pairs],
-                    )
-                    for output, _ in pairs:
-                        self.assertIn(output, result.output_names)
-            path = f"{tmp}/state.json"
-            self._build(
-                MutateBuffer(),
-                _inputs(1),
-                min_block_size=1,
-                lift_mutable_buffers=True,
-                alias_map_path=path,
-            )
-            with open(path) as f:
-                self.assertEqual(
-                    json.load(f)["aliases"],
-                    [
-                        {
-                            "output": "buf_state_new",
-                            "input": "buf_state",
-                            "update": "copy",
-                        }
-                    ],
-                )
-
     def test_unlifted_buffer_mutation_is_an_error_not_a_silent_drop(self):
         with self.assertRaisesRegex(
             RuntimeError, r"buffer 'state'.*lift_mutable_buffers=True"
@@ -960,61 +868,6 @@ class TestMutationsOnGpu(TestCase):
                         trt(*compiled_args), cls()(*eager_args), msg=f"{step}"
                     )
                     self.assertEqual(compiled_args, eager_args, msg=f"{step}")
-
-    def test_standalone_engine_with_the_alias_map(self):
-        """A raw TensorRT caller (as from C++) applies the map: state advances like eager."""
-        import json
-        import tempfile
-
-        import tensorrt as trt
-
-        x = _inputs(1)[0].cuda()
-        ep = torch.export.export(MutateBufferAndReturn().cuda(), (x,))
-        with tempfile.TemporaryDirectory() as tmp:
-            engine_bytes = (
-                torch_tensorrt.dynamo.convert_exported_program_to_serialized_trt_engine(
-                    ep,
-                    arg_inputs=[x],
-                    min_block_size=1,
-                    lift_mutable_buffers=True,
-                    alias_map_path=f"{tmp}/aliases.json",
-                )
-            )
-            with open(f"{tmp}/aliases.json") as f:
-                aliases = json.load(f)["aliases"]
-        engine = trt.Runtime(trt.Logger()).deserialize_cuda_engine(engine_bytes)
-        context = engine.create_execution_context()
-        state = torch.zeros(4, 16, device="cuda")
-        eager = MutateBufferAndReturn().cuda()
-        names = [engine.get_tensor_name(i) for i in range(engine.num_io_tensors)]
-        outputs = {
-            n: torch.empty(tuple(engine.get_tensor_shape(n)), device="cuda")
-            for n in names
-            if engine.get_tensor_mode(n) == trt.TensorIOMode.OUTPUT
-        }
-        inputs = {"x": x, "buf_state": state}
-        for step in range(3):
-            for n, t in {**inputs, **outputs}.items():
-                context.set_tensor_address(n, t.data_ptr())
-            stream = torch.cuda.current_stream()
-            self.assertTrue(context.execute_async_v3(stream.cuda_stream))
-            stream.synchronize()
-            for alias in aliases:
-                inputs[alias["input"]].copy_(outputs[alias["output"]])
-            self.assertEqual(outputs["output0"], eager(x), msg=f"step {step}")
-            self.assertEqual(state, eager.state, msg=f"step {step}")
-
-    def test_buffer_matrix(self):
-        for name, cls in BUFFER_CASES:
-            with self.subTest(name, runtime=self.RUNTIME):
-                x = _inputs(1)[0].cuda()
-                trt = self._compile(cls().cuda(), (x,))
-                eager = cls().cuda()
-                for step in range(3):
-                    self.assertEqual(trt(x.clone()), eager(x.clone()))
-                    self.assertEqual(
-                        trt.get_buffer("state"), eager.state, msg=f"{step}"
-                    )
 
 
 if __name__ == "__main__":

@@ -1,0 +1,336 @@
+"""The stack of upstream PRs: patches/stack, check of every prefix, export --stack.
+
+The real stack is checked against the real series; the error cases, the prefix
+runner and ``export --stack`` use a fake series and a fake upstream checkout
+(the real 2.14.0 sources in upstream layout, see test_export.py).
+"""
+
+import os
+import shutil
+
+import pytest
+from patchset import PatchsetError, export, series, stack
+from test_export import DOCS_INDEX, SUITES, git, header, mark
+
+# ---------------------------------------------------------------- the real stack
+
+
+def test_the_real_stack_is_the_series_in_order():
+    pieces = stack.read_stack()
+    assert [p.id for p in pieces] == [
+        "cpu-only",
+        "mutation-lowering",
+        "plugins",
+        "buffer-state",
+        "runtime",
+        "docs",
+    ]
+    assert [p.name for piece in pieces for p in piece.patches] == [
+        p.name for p in series.read_series()
+    ]
+    listed = [f for piece in pieces for f in piece.files]
+    assert sorted(listed) == sorted(stack.new_files())
+    # the pieces that build on #4459 say so
+    buffer = next(p for p in pieces if p.id == "buffer-state")
+    assert buffer.depends_on == ["https://github.com/pytorch/TensorRT/pull/4459"]
+
+
+def test_prefixes_accumulate_patches_modules_and_tests():
+    pieces = stack.read_stack()
+    prefixes = stack.prefixes(pieces)
+    assert [p.id for p in prefixes] == [p.id for p in pieces]
+    for k, prefix in enumerate(prefixes):
+        assert prefix.patches == [p for piece in pieces[: k + 1] for p in piece.patches]
+        assert prefix.tests == [t for piece in pieces[: k + 1] for t in piece.tests]
+        later = [t for piece in pieces[k + 1 :] for t in piece.tests]
+        assert not set(prefix.tests) & set(later)
+    assert stack.find_prefix(pieces, "plugins").id == "plugins"
+    assert stack.find_prefix(pieces, None).id == pieces[-1].id
+    with pytest.raises(PatchsetError, match="no piece 'nope'"):
+        stack.find_prefix(pieces, "nope")
+
+
+# ---------------------------------------------------------------- a fake series
+
+GOOD = "Forwarded: no\n"
+
+
+def _patch(directory, name, piece, extra=""):
+    text = header(f"feat: {name}").replace(
+        GOOD, GOOD + (f"Stack: {piece}\n" if piece else "") + extra
+    )
+    (directory / name).write_text(text + "\ndiff --git a/py/x b/py/x\n")
+
+
+@pytest.fixture
+def fake(tmp_path):
+    root = tmp_path / "repo"
+    patches = root / "patches"
+    patches.mkdir(parents=True)
+    for rel in ("py/torch_tensorrt/a.py", "tests/py/test_a.py", "tests/py/test_b.py"):
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text("x = 1\n")
+    _patch(patches, "0001-a.patch", "one")
+    _patch(
+        patches,
+        "0002-b.patch",
+        "two",
+        "Depends-on: https://github.com/pytorch/TensorRT/pull/4459\n",
+    )
+    (patches / "series").write_text("0001-a.patch\n0002-b.patch\n")
+    (patches / "stack").write_text(
+        "# comment\n[one] First PR\npy/torch_tensorrt/a.py\ntests/py/test_a.py\n\n"
+        "[two] Second PR  # trailing comment\ntests/py/test_b.py\n"
+    )
+    return root
+
+
+def test_a_fake_stack(fake):
+    one, two = stack.read_stack(str(fake / "patches"), str(fake))
+    assert (one.id, one.title, [p.name for p in one.patches]) == (
+        "one",
+        "First PR",
+        ["0001-a.patch"],
+    )
+    assert one.modules == ["torch_tensorrt/a.py"]
+    assert one.tests == ["tests/py/test_a.py"]
+    assert two.title == "Second PR"
+    assert two.depends_on == ["https://github.com/pytorch/TensorRT/pull/4459"]
+
+
+@pytest.mark.parametrize(
+    "change, error",
+    [
+        (
+            lambda r: _patch(r / "patches", "0002-b.patch", None),
+            r"0002-b.patch: needs exactly one 'Stack:' header naming its piece \(has 0\)",
+        ),
+        (
+            lambda r: _patch(r / "patches", "0002-b.patch", "three"),
+            r"'Stack: three' names no piece of stack \(one, two\)",
+        ),
+        (
+            lambda r: (r / "patches" / "series").write_text(
+                "0002-b.patch\n0001-a.patch\n"
+            ),
+            r"the series has the pieces in the order \['two', 'one'\], stack in the "
+            r"order \['one', 'two'\]",
+        ),
+        (
+            lambda r: (r / "tests/py/test_c.py").write_text("x = 1\n"),
+            r"tests/py/test_c.py belongs to no piece of stack",
+        ),
+        (
+            lambda r: (r / "tests/py/test_b.py").unlink(),
+            r"tests/py/test_b.py \(piece 'two'\) does not exist",
+        ),
+        (
+            lambda r: (r / "patches" / "stack").write_text(
+                "[one] A\npy/torch_tensorrt/a.py\ntests/py/test_a.py\n"
+                "[two] B\ntests/py/test_b.py\ntests/py/test_a.py\n"
+            ),
+            r"tests/py/test_a.py is listed under both 'one' and 'two'",
+        ),
+        (
+            lambda r: (r / "patches" / "stack").write_text("py/x.py\n[one] A\n"),
+            r"stack:1: file 'py/x.py' before the first \[piece\]",
+        ),
+    ],
+)
+def test_stack_errors_name_the_patch_piece_or_file(fake, change, error):
+    change(fake)
+    with pytest.raises(PatchsetError, match=error):
+        stack.read_stack(str(fake / "patches"), str(fake))
+
+
+def test_pieces_must_be_contiguous(fake):
+    _patch(fake / "patches", "0003-c.patch", "one")
+    (fake / "patches" / "series").write_text(
+        "0001-a.patch\n0002-b.patch\n0003-c.patch\n"
+    )
+    with pytest.raises(
+        PatchsetError, match="patches of piece 'one' are not contiguous"
+    ):
+        stack.read_stack(str(fake / "patches"), str(fake))
+
+
+# ---------------------------------------------------------------- prefix runner
+
+
+class Recorder:
+    """Stands in for building wheels, pip and pytest; records every call."""
+
+    def __init__(self, failing=()):
+        self.calls, self.failing = [], set(failing)
+
+    def build(self, flavour, out_dir, label=None, patches=None, modules=None):
+        self.calls.append(
+            (
+                "build",
+                label,
+                None if patches is None else [p.name for p in patches],
+                modules,
+            )
+        )
+        return f"{out_dir}/{label or 'whole'}.whl"
+
+    def run(self, argv, env):
+        if "pytest" in argv:
+            tests = [a for a in argv if a.startswith("tests/")]
+            self.calls.append(("pytest", tests, env["TORCHTRT_PATCHSET_ENV"]))
+            if any(t in self.failing for t in tests):
+                return 1, "FAILED x\n== 1 failed, 2 passed in 0.1s =="
+            return 0, "== 3 passed in 0.1s =="
+        self.calls.append(("pip", os.path.basename(argv[-1])))
+        return 0, ""
+
+
+def test_every_prefix_is_built_installed_and_tested_alone(fake):
+    pieces = stack.read_stack(str(fake / "patches"), str(fake))
+    rec = Recorder()
+    results = stack.check_prefixes(
+        pieces, "py", "rtx", "/out", run=rec.run, build=rec.build
+    )
+    assert results == [("one", "3 passed in 0.1s"), ("two", "3 passed in 0.1s")]
+    assert rec.calls == [
+        ("build", "stack1", ["0001-a.patch"], ["torch_tensorrt/a.py"]),
+        ("pip", "stack1.whl"),
+        ("pytest", ["tests/py/test_a.py"], "rtx"),
+        ("build", "stack2", ["0001-a.patch", "0002-b.patch"], ["torch_tensorrt/a.py"]),
+        ("pip", "stack2.whl"),
+        ("pytest", ["tests/py/test_a.py", "tests/py/test_b.py"], "rtx"),
+        ("build", None, None, None),  # the whole patch set back in the venv
+        ("pip", "whole.whl"),
+    ]
+
+
+def test_a_failing_prefix_is_named_and_the_venv_restored(fake):
+    pieces = stack.read_stack(str(fake / "patches"), str(fake))
+    rec = Recorder(failing={"tests/py/test_a.py"})
+    with pytest.raises(
+        PatchsetError,
+        match=r"2 stack prefix\(es\) fail their own tests: 'one' \(1 failed, 2 passed",
+    ):
+        stack.check_prefixes(
+            pieces, "py", "standard", "/out", run=rec.run, build=rec.build
+        )
+    assert rec.calls[-1] == ("pip", "whole.whl")
+    assert ("pytest", ["tests/py/test_a.py"], "standard") in rec.calls
+
+
+# ---------------------------------------------------------------- export --stack
+
+
+@pytest.fixture
+def stacked(tmp_path):
+    """A fake upstream checkout and a two-piece stack made against it."""
+    from patchset import tree
+
+    base = tmp_path / "base"
+    tree.base_sources(str(base), "standard")
+    repo = tmp_path / "upstream"
+    shutil.copytree(base / "py", repo / "py")
+    (repo / "tests" / "py").mkdir(parents=True)
+    (repo / "tests" / "ci").mkdir()
+    (repo / "tests" / "ci" / "suites.py").write_text(SUITES)
+    docs = repo / "docsrc/tutorials/extensibility/plugins"
+    docs.mkdir(parents=True)
+    (docs / "index.rst").write_text(DOCS_INDEX)
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "config", "user.name", "Upstream Dev")
+    git(repo, "config", "user.email", "dev@example.org")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "upstream")
+
+    root = tmp_path / "patchset"
+    patches = root / "patches"
+    patches.mkdir(parents=True)
+    scratch = tmp_path / "scratch"
+    git(tmp_path, "clone", "-q", str(repo), str(scratch))
+    for name, piece, rel, index in (
+        ("0001-enums.patch", "first", "_enums.py", 2),
+        ("0002-compile.patch", "second", "_compile.py", 100),
+    ):
+        mark(scratch, rel, index, name[:4])
+        diff = git(scratch, "diff", "--no-color")
+        text = header(f"feat: {name[5:-6]}").replace(
+            "Forwarded: no\n", f"Forwarded: no\nStack: {piece}\n"
+        )
+        (patches / name).write_text(text + "\n" + diff)
+        git(
+            scratch, "-c", "user.name=t", "-c", "user.email=t@e", "commit", "-qam", name
+        )
+    (patches / "series").write_text("0001-enums.patch\n0002-compile.patch\n")
+    files = {
+        "py/torch_tensorrt/dynamo/_first.py": "X = 1\n",
+        "tests/py/dynamo/automatic_plugin/test_first.py": "def test_x():\n    pass\n",
+        "docsrc/tutorials/extensibility/plugins/inplace_plugins.rst": "Page\n====\n",
+        "examples/dynamo/inplace_state_plugin.py": '"""\n.. _x:\n\nUpdating a State\n================\n"""\n',
+    }
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    (patches / "stack").write_text(
+        "[first] First\npy/torch_tensorrt/dynamo/_first.py\n"
+        "tests/py/dynamo/automatic_plugin/test_first.py\n"
+        "[second] Second\ndocsrc/tutorials/extensibility/plugins/inplace_plugins.rst\n"
+        "examples/dynamo/inplace_state_plugin.py\n"
+    )
+    return repo, root
+
+
+def test_export_stack_makes_one_branch_per_piece_on_the_one_before(stacked):
+    repo, root = stacked
+    head = git(repo, "rev-parse", "HEAD")
+    summary = export.export_stack(
+        str(repo), "inplace", str(root / "patches"), str(root)
+    )
+    assert "inplace/01-first, inplace/02-second" in summary
+    first = git(repo, "log", "--reverse", "--format=%s", "main..inplace/01-first")
+    assert first.splitlines() == [
+        "feat: enums",
+        "feat: add _first, with tests",
+        "ci, docs: list the new tests, pages and examples",
+    ]
+    # the second branch is the first plus its own piece
+    assert git(repo, "merge-base", "inplace/01-first", "inplace/02-second") == git(
+        repo, "rev-parse", "inplace/01-first"
+    )
+    second = git(
+        repo, "log", "--reverse", "--format=%s", "inplace/01-first..inplace/02-second"
+    )
+    assert second.splitlines() == [
+        "feat: compile",
+        "docs: add inplace_plugins.rst and inplace_state_plugin",
+        "ci, docs: list the new tests, pages and examples",
+    ]
+    message = git(repo, "log", "-1", "--format=%B", "inplace/01-first~2")
+    assert "Stack: first" in message
+    suites = git(repo, "show", "inplace/01-first:tests/ci/suites.py")
+    assert '"automatic_plugin/test_first.py",' in suites
+    index = git(
+        repo,
+        "show",
+        "inplace/02-second:docsrc/tutorials/extensibility/plugins/index.rst",
+    )
+    assert index.splitlines()[-2:] == [
+        "   inplace_plugins",
+        "   Example: Updating a State <../../_rendered_examples/dynamo/inplace_state_plugin>",
+    ]
+    files = git(repo, "ls-tree", "-r", "--name-only", "inplace/01-first")
+    assert "examples/dynamo/inplace_state_plugin.py" not in files
+    assert git(repo, "rev-parse", "HEAD") == head  # the checkout itself is untouched
+
+
+def test_export_stack_conflicts_create_no_branch(stacked):
+    repo, root = stacked
+    (repo / "py/torch_tensorrt/dynamo/_first.py").write_text("upstream has it\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "upstream adds the module")
+    with pytest.raises(
+        PatchsetError,
+        match=r"\[first\] py/torch_tensorrt/dynamo/_first.py would overwrite an "
+        r"upstream file",
+    ):
+        export.export_stack(str(repo), "inplace", str(root / "patches"), str(root))
+    assert "inplace/" not in git(repo, "branch", "--list")

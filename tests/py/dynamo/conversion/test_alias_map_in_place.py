@@ -1,0 +1,187 @@
+# type: ignore
+"""``in_place`` in a standalone engine's alias map only where the built network proves it.
+
+Engines are built by TensorRT-RTX on the CPU (it has no plugin layers, so a
+converter stands in for the plugin converter's ``user`` alias record); the
+plugin converter's record itself is tested against the real
+``tensorrt.plugin`` in ``tests/py/dynamo/automatic_plugin/test_plugin_converter_qdp.py``.
+"""
+
+import unittest
+
+import torch
+import torch_tensorrt
+from torch.testing._internal.common_utils import TestCase, run_tests
+from torch_tensorrt import ENABLED_FEATURES
+from torch_tensorrt.dynamo._SourceIR import SourceIR
+from torch_tensorrt.dynamo.conversion import dynamo_tensorrt_converter, impl
+
+
+@torch.library.custom_op("trt_alias_map::add_one_", mutates_args=("X",))
+def add_one_(X: torch.Tensor) -> None:
+    X.add_(1)
+
+
+@add_one_.register_fake
+def _(X):
+    return None
+
+
+@dynamo_tensorrt_converter(
+    torch.ops.trt_alias_map.add_one_.default, requires_aliased_plugin_io=True
+)
+def _add_one_with_declared_aliasing(ctx, target, args, kwargs, name):
+    # standard layers, declaring aliased plugin I/O as a plugin converter would
+    return impl.elementwise.add(ctx, target, SourceIR.ATEN, name, args[0], 1.0)
+
+
+@torch.library.custom_op("trt_alias_map::add_two_", mutates_args=("X",))
+def add_two_(X: torch.Tensor) -> None:
+    X.add_(2)
+
+
+@add_two_.register_fake
+def _(X):
+    return None
+
+
+@dynamo_tensorrt_converter(
+    torch.ops.trt_alias_map.add_two_.default, requires_aliased_plugin_io=True
+)
+def _add_two_recording_an_in_place_output(ctx, target, args, kwargs, name):
+    # stand-in for the plugin converter: standard layers, plus the user alias
+    # record it makes for a plugin proven to update a sole-reader input in place
+    from torch_tensorrt.dynamo.conversion._ConversionContext import (
+        AliasedOutput,
+        AliasKind,
+    )
+    from torch_tensorrt.dynamo.conversion._functionalized_op import other_readers
+    from torch_tensorrt.dynamo.conversion.impl.slice_scatter import (
+        input_binding_name,
+    )
+
+    out = impl.elementwise.add(ctx, target, SourceIR.ATEN, name, args[0], 2.0)
+    binding = input_binding_name(ctx, args[0])
+    node = ctx.current_node
+    if binding is not None and not other_readers(node.args[0], node):
+        ctx.aliased_outputs.append(AliasedOutput(out, binding, AliasKind.USER))
+    return out
+
+
+@unittest.skipIf(
+    torch.cuda.is_available() or not ENABLED_FEATURES.tensorrt_rtx,
+    "Builds engines without a CUDA device, which needs TensorRT-RTX on a host "
+    "without a GPU.",
+)
+class TestInPlaceUpdatesInTheAliasMap(TestCase):
+    """``in_place`` in a standalone engine's alias map only where the network proves it.
+
+    ``trt_layout::add_two_``'s converter is a stand-in for the plugin converter
+    (TensorRT-RTX has no plugin layers): ordinary layers plus the ``user`` alias
+    record the plugin converter makes for a plugin proven in place
+    (``_record_in_place_state``, tested against the real ``tensorrt.plugin`` in
+    ``test_plugin_converter_qdp.py``). It checks Torch-TensorRT's glue from that
+    record to the map, nothing about TensorRT.
+    """
+
+    def _map(self, module, args, **kwargs):
+        import json
+        import tempfile
+
+        ep = torch.export.export(module, args)
+        with tempfile.TemporaryDirectory() as tmp:
+            torch_tensorrt.dynamo.convert_exported_program_to_serialized_trt_engine(
+                ep,
+                arg_inputs=list(args),
+                min_block_size=1,
+                alias_map_path=f"{tmp}/aliases.json",
+                **kwargs,
+            )
+            with open(f"{tmp}/aliases.json") as f:
+                return json.load(f)
+
+    def _aliases(self, module, args, **kwargs):
+        return [
+            (a["input"], a["output"], a["update"], a.get("binding"))
+            for a in self._map(module, args, **kwargs)["aliases"]
+        ]
+
+    def test_proven_sole_reader_is_in_place_with_the_chosen_binding(self):
+        class Model(torch.nn.Module):
+            def forward(self, x):
+                torch.ops.trt_alias_map.add_two_(x)
+                return x * 2
+
+        x = torch.randn(2, 4)
+        alias_map = self._map(Model(), (x,))
+        self.assertEqual(alias_map["version"], 2)
+        self.assertEqual(
+            alias_map["aliases"],
+            [
+                {
+                    "output": "x_new",
+                    "input": "x",
+                    "update": "in_place",
+                    "binding": "declared_alias",
+                }
+            ],
+        )
+        self.assertEqual(
+            self._aliases(Model(), (x,), in_place_plugin_binding="same_address"),
+            [("x", "x_new", "in_place", "same_address")],
+        )
+
+    def test_lifted_state_is_in_place(self):
+        class Model(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.register_buffer("state", torch.zeros(2, 4))
+
+            def forward(self, x):
+                torch.ops.trt_alias_map.add_two_(self.state)
+                return x * 2
+
+        self.assertEqual(
+            self._aliases(Model(), (torch.randn(2, 4),), lift_mutable_buffers=True),
+            [("buf_state", "buf_state_new", "in_place", "declared_alias")],
+        )
+
+    def test_a_declaring_converter_without_an_in_place_layer_is_copied(self):
+        class Model(torch.nn.Module):
+            def forward(self, x):
+                torch.ops.trt_alias_map.add_one_(x)
+                return x * 2
+
+        with self.assertLogs("torch_tensorrt.dynamo.lowering", "WARNING") as logs:
+            aliases = self._aliases(Model(), (torch.randn(2, 4),))
+        self.assertEqual(aliases, [("x", "x_new", "copy", None)])
+        self.assertTrue(
+            any(
+                "Input 'x' is not updated in place: no plugin layer of the engine "
+                "writes it in place as output 'x_new'" in m
+                for m in logs.output
+            ),
+            logs.output,
+        )
+
+    def test_other_readers_fall_back_to_copy_with_a_warning(self):
+        class Model(torch.nn.Module):
+            def forward(self, x):
+                before = x + 1
+                torch.ops.trt_alias_map.add_two_(x)
+                return x * before
+
+        with self.assertLogs("torch_tensorrt.dynamo.lowering", "WARNING") as logs:
+            aliases = self._aliases(Model(), (torch.randn(2, 4),))
+        self.assertEqual(aliases, [("x", "x_new", "copy", None)])
+        self.assertTrue(
+            any(
+                "Input 'x' is not updated in place: it has other readers" in m
+                for m in logs.output
+            ),
+            logs.output,
+        )
+
+
+if __name__ == "__main__":
+    run_tests()

@@ -1,0 +1,138 @@
+# type: ignore
+"""Model state updated by custom ops: mutated buffers lifted into engine inputs.
+
+``compile()`` copies a lifted buffer's new value back into the compiled module's
+buffer after each call; a standalone engine returns it as ``buf_<name>_new``.
+The CPU tests run ``compile(dryrun=True)`` modules and engines built by
+TensorRT-RTX; the GPU test runs compiled modules. The models and helpers are
+those of ``test_lower_auto_functionalized.py``.
+"""
+
+import copy
+import unittest
+
+import torch
+import torch_tensorrt
+from test_lower_auto_functionalized import (
+    BUFFER_CASES,
+    CPU_BUILDER,
+    NEEDS_CPU_BUILDER,
+    MutateOverlappingViews,
+    MutateRowState,
+    MutateTransposedState,
+    ReturnMutatedBuffer,
+    _build_engine,
+    _clone,
+    _dryrun,
+    _inputs,
+)
+from torch.testing._internal.common_utils import TestCase, run_tests
+from torch_tensorrt import ENABLED_FEATURES
+
+RUNTIME = "cpp" if ENABLED_FEATURES.torch_tensorrt_runtime else "python"
+
+
+class TestBufferStateDryrunOnCpu(TestCase):
+    def test_buffer_matrix_updates_the_module_state_like_eager(self):
+        for name, cls in BUFFER_CASES:
+            with self.subTest(name):
+                x = _inputs(1)[0]
+                gm = _dryrun(cls(), (x,), require_full_compilation=True)
+                engines = [c for c, _ in gm.named_children() if "_run_on_acc" in c]
+                self.assertEqual(engines, ["_run_on_acc_0"])
+                eager = cls()
+                for step in range(3):
+                    self.assertEqual(gm(x.clone()), eager(x.clone()))
+                    self.assertEqual(
+                        gm.get_buffer("state"), eager.state, msg=f"step {step}"
+                    )
+
+    def test_dynamic_batch(self):
+        batch = torch.export.Dim("batch", min=1, max=8)
+        args = _inputs(1, batch=4)
+        ep = torch.export.export(
+            MutateRowState(), _clone(args), dynamic_shapes=({0: batch},)
+        )
+        inputs = [
+            torch_tensorrt.Input(
+                min_shape=(1, 16), opt_shape=(4, 16), max_shape=(8, 16)
+            )
+        ]
+        gm = torch_tensorrt.dynamo.compile(
+            ep, arg_inputs=inputs, dryrun=True, min_block_size=1
+        )
+        eager = MutateRowState()
+        for batch_size in (2, 5):
+            small = _inputs(1, batch=batch_size)
+            compiled_args, eager_args = _clone(small), _clone(small)
+            self.assertEqual(gm(*compiled_args), eager(*eager_args))
+            self.assertEqual(compiled_args, eager_args)
+            self.assertEqual(gm.get_buffer("state"), eager.state)
+
+    def test_views_tensorrt_cannot_write_back_fall_back_to_pytorch(self):
+        for cls in (MutateTransposedState, MutateOverlappingViews):
+            with self.subTest(cls.__name__):
+                x = _inputs(1)[0]
+                gm = _dryrun(cls(), (x,))
+                eager = cls()
+                self.assertEqual(gm(x.clone()), eager(x.clone()))
+                self.assertEqual(gm.get_buffer("state"), eager.state)
+
+
+@unittest.skipIf(not CPU_BUILDER, NEEDS_CPU_BUILDER)
+class TestBufferStateInSerializedEngines(TestCase):
+    def test_lifted_buffer_state_leaves_the_engine(self):
+        for name, cls in BUFFER_CASES:
+            with self.subTest(name):
+                x = _inputs(1)[0]
+                _, gm, result = _build_engine(
+                    cls(), (x,), lift_mutable_buffers=True, min_block_size=1
+                )
+                self.assertEqual(result.input_names, ["x", "buf_state"])
+                # the state's new value: its own output, or the model's output
+                # when the model returns the buffer
+                state_output = (
+                    "output0" if cls is ReturnMutatedBuffer else "buf_state_new"
+                )
+                self.assertEqual(result.output_names[-1], state_output)
+                eager = cls()
+                outputs = gm(x.clone(), torch.zeros(4, 16))
+                eager_outputs = eager(x.clone())
+                self.assertEqual(outputs[-1], eager.state)
+                self.assertEqual(
+                    outputs[: len(result.output_names) - 1],
+                    [o for o in torch.utils._pytree.tree_leaves(eager_outputs)][
+                        : len(result.output_names) - 1
+                    ],
+                )
+
+
+@unittest.skipIf(
+    not torch.cuda.is_available(),
+    "Running TensorRT engines needs a CUDA device; this host has none.",
+)
+class TestBufferStateOnGpu(TestCase):
+    def _compile(self, module, args):
+        ep = torch.export.export(copy.deepcopy(module), _clone(args))
+        return torch_tensorrt.dynamo.compile(
+            ep,
+            arg_inputs=list(_clone(args)),
+            min_block_size=1,
+            require_full_compilation=True,
+        )
+
+    def test_buffer_matrix(self):
+        for name, cls in BUFFER_CASES:
+            with self.subTest(name, runtime=RUNTIME):
+                x = _inputs(1)[0].cuda()
+                trt = self._compile(cls().cuda(), (x,))
+                eager = cls().cuda()
+                for step in range(3):
+                    self.assertEqual(trt(x.clone()), eager(x.clone()))
+                    self.assertEqual(
+                        trt.get_buffer("state"), eager.state, msg=f"{step}"
+                    )
+
+
+if __name__ == "__main__":
+    run_tests()

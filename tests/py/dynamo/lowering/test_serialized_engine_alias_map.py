@@ -1,0 +1,130 @@
+# type: ignore
+"""The JSON alias map of standalone engines (``alias_map_path``).
+
+The CPU test builds engines with TensorRT-RTX and reads the map; the GPU test
+runs an engine with raw TensorRT, applying the map as a C++ caller would. The
+models and helpers are those of ``test_lower_auto_functionalized.py``.
+"""
+
+import unittest
+
+import torch
+import torch_tensorrt
+from test_lower_auto_functionalized import (
+    CPU_BUILDER,
+    NEEDS_CPU_BUILDER,
+    USER_INPUT_CASES,
+    MutateBuffer,
+    MutateBufferAndReturn,
+    _build_engine,
+    _inputs,
+)
+from torch.testing._internal.common_utils import TestCase, run_tests
+
+
+@unittest.skipIf(not CPU_BUILDER, NEEDS_CPU_BUILDER)
+class TestAliasMapOnCpu(TestCase):
+    def test_alias_map_names_every_write_back(self):
+        import json
+        import tempfile
+
+        expected = {
+            "inplace_aten_not_returned": [("x_new", "x")],
+            "mutate_input_returned": [("output0", "x")],
+            "mutate_input_return_nothing": [("x_new", "x")],
+            "two_mutated_args": [("x_new", "x"), ("z_new", "z")],
+        }
+        cases = {name: (cls, n) for name, cls, n in USER_INPUT_CASES}
+        with tempfile.TemporaryDirectory() as tmp:
+            for name, pairs in expected.items():
+                with self.subTest(name):
+                    cls, n = cases[name]
+                    path = f"{tmp}/{name}.json"
+                    _, _, result = _build_engine(
+                        cls(), _inputs(n), min_block_size=1, alias_map_path=path
+                    )
+                    with open(path) as f:
+                        data = json.load(f)
+                    self.assertEqual(data["format"], "torch_tensorrt.engine_io_aliases")
+                    self.assertEqual(data["version"], 2)
+                    self.assertEqual(
+                        [
+                            (a["output"], a["input"], a["update"])
+                            for a in data["aliases"]
+                        ],
+                        [(o, i, "copy") for o, i in pairs],
+                    )
+                    for output, _ in pairs:
+                        self.assertIn(output, result.output_names)
+            path = f"{tmp}/state.json"
+            _build_engine(
+                MutateBuffer(),
+                _inputs(1),
+                min_block_size=1,
+                lift_mutable_buffers=True,
+                alias_map_path=path,
+            )
+            with open(path) as f:
+                self.assertEqual(
+                    json.load(f)["aliases"],
+                    [
+                        {
+                            "output": "buf_state_new",
+                            "input": "buf_state",
+                            "update": "copy",
+                        }
+                    ],
+                )
+
+
+@unittest.skipIf(
+    not torch.cuda.is_available(),
+    "Running TensorRT engines needs a CUDA device; this host has none.",
+)
+class TestAliasMapOnGpu(TestCase):
+    def test_standalone_engine_with_the_alias_map(self):
+        """A raw TensorRT caller (as from C++) applies the map: state advances like eager."""
+        import json
+        import tempfile
+
+        import tensorrt as trt
+
+        x = _inputs(1)[0].cuda()
+        ep = torch.export.export(MutateBufferAndReturn().cuda(), (x,))
+        with tempfile.TemporaryDirectory() as tmp:
+            engine_bytes = (
+                torch_tensorrt.dynamo.convert_exported_program_to_serialized_trt_engine(
+                    ep,
+                    arg_inputs=[x],
+                    min_block_size=1,
+                    lift_mutable_buffers=True,
+                    alias_map_path=f"{tmp}/aliases.json",
+                )
+            )
+            with open(f"{tmp}/aliases.json") as f:
+                aliases = json.load(f)["aliases"]
+        engine = trt.Runtime(trt.Logger()).deserialize_cuda_engine(engine_bytes)
+        context = engine.create_execution_context()
+        state = torch.zeros(4, 16, device="cuda")
+        eager = MutateBufferAndReturn().cuda()
+        names = [engine.get_tensor_name(i) for i in range(engine.num_io_tensors)]
+        outputs = {
+            n: torch.empty(tuple(engine.get_tensor_shape(n)), device="cuda")
+            for n in names
+            if engine.get_tensor_mode(n) == trt.TensorIOMode.OUTPUT
+        }
+        inputs = {"x": x, "buf_state": state}
+        for step in range(3):
+            for n, t in {**inputs, **outputs}.items():
+                context.set_tensor_address(n, t.data_ptr())
+            stream = torch.cuda.current_stream()
+            self.assertTrue(context.execute_async_v3(stream.cuda_stream))
+            stream.synchronize()
+            for alias in aliases:
+                inputs[alias["input"]].copy_(outputs[alias["output"]])
+            self.assertEqual(outputs["output0"], eager(x), msg=f"step {step}")
+            self.assertEqual(state, eager.state, msg=f"step {step}")
+
+
+if __name__ == "__main__":
+    run_tests()
