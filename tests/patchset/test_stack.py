@@ -290,7 +290,7 @@ def test_export_stack_makes_one_branch_per_piece_on_the_one_before(stacked):
     assert first.splitlines() == [
         "feat: enums",
         "feat: add _first, with tests",
-        "ci, docs: list the new tests, pages and examples",
+        "ci: run the new plugin tests in plugins-automatic",
     ]
     # the second branch is the first plus its own piece
     assert git(repo, "merge-base", "inplace/01-first", "inplace/02-second") == git(
@@ -302,7 +302,7 @@ def test_export_stack_makes_one_branch_per_piece_on_the_one_before(stacked):
     assert second.splitlines() == [
         "feat: compile",
         "docs: add inplace_plugins.rst and inplace_state_plugin",
-        "ci, docs: list the new tests, pages and examples",
+        "docs: list the new plugin pages and examples",
     ]
     message = git(repo, "log", "-1", "--format=%B", "inplace/01-first~2")
     assert "Stack: first" in message

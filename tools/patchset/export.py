@@ -427,6 +427,29 @@ def _register_docs(work: str, added: List[str]) -> List[str]:
     return [e.strip() for e in entries]
 
 
+def _register_new_files(work: str, identity: List[str], added: List[str]) -> int:
+    """Commit the registration of new plugin tests and docs; return the commits made."""
+    commits = 0
+    for path, subject, entries in (
+        (
+            SUITES_FILE,
+            "ci: run the new plugin tests in plugins-automatic",
+            _register_plugin_tests(work, added),
+        ),
+        (
+            DOCS_INDEX,
+            "docs: list the new plugin pages and examples",
+            _register_docs(work, added),
+        ),
+    ):
+        if entries:
+            _git(work, ["add", "--", path])
+            body = "\n".join(f"- {entry}" for entry in entries)
+            _commit(work, identity, f"{subject}\n\n{body}", None)
+            commits += 1
+    return commits
+
+
 # --------------------------------------------------------------------------- entry point
 
 
@@ -465,29 +488,7 @@ def export(
         if plan:
             _commit_overlay(work, identity, plan)
             commits += 1
-            added = [dest for _, dest in plan]
-            registered = _register_plugin_tests(work, added)
-            if registered:
-                _git(work, ["add", "--", SUITES_FILE])
-                _commit(
-                    work,
-                    identity,
-                    "ci: run the new plugin tests in plugins-automatic\n\n"
-                    + "\n".join(f"- {entry}" for entry in registered),
-                    None,
-                )
-                commits += 1
-            if any(d.startswith(_DOC_ROOTS) for d in added):
-                docs = _register_docs(work, added)
-                _git(work, ["add", "--", DOCS_INDEX])
-                _commit(
-                    work,
-                    identity,
-                    "docs: list the new plugin pages and examples\n\n"
-                    + "\n".join(f"- {entry}" for entry in docs),
-                    None,
-                )
-                commits += 1
+            commits += _register_new_files(work, identity, [d for _, d in plan])
         if commits == 0:
             raise PatchsetError(
                 "nothing to export: the series is empty and there are no new modules or tests"
@@ -562,25 +563,7 @@ def export_stack(
                 overlay_message([d for d in added if d not in tests], tests),
                 None,
             )
-            registered = _register_plugin_tests(work, added)
-            docs = _register_docs(work, added)
-            if registered or docs:
-                _git(
-                    work,
-                    [
-                        "add",
-                        "--",
-                        *([SUITES_FILE] if registered else []),
-                        *([DOCS_INDEX] if docs else []),
-                    ],
-                )
-                _commit(
-                    work,
-                    identity,
-                    "ci, docs: list the new tests, pages and examples\n\n"
-                    + "\n".join(f"- {entry}" for entry in registered + docs),
-                    None,
-                )
+            _register_new_files(work, identity, added)
         if conflicts:
             raise PatchsetError(
                 f"{len(conflicts)} conflict(s) exporting the stack onto {top} at "

@@ -245,6 +245,27 @@ if RUNNABLE:
     )
 
 
+def _standalone_engine(model, x, **kwargs):
+    """Serialized engine of ``model`` on ``x`` and its alias map's entries."""
+    import json
+    import tempfile
+
+    ep = torch.export.export(model, (x.clone(),))
+    with tempfile.TemporaryDirectory() as tmp:
+        engine_bytes = (
+            torch_tensorrt.dynamo.convert_exported_program_to_serialized_trt_engine(
+                ep,
+                arg_inputs=[x.clone()],
+                min_block_size=1,
+                require_full_compilation=True,
+                alias_map_path=f"{tmp}/aliases.json",
+                **kwargs,
+            )
+        )
+        with open(f"{tmp}/aliases.json") as f:
+            return engine_bytes, json.load(f)["aliases"]
+
+
 def _engines(trt_module):
     return [n for n, _ in trt_module.named_children() if "_run_on_acc" in n]
 
@@ -509,8 +530,6 @@ class TestInplacePlugins(TestCase):
     def test_standalone_engine_binds_the_state_in_place(self):
         """The issue's load_and_test_engine, using the alias map instead of
         get_aliased_input_tensor (which TensorRT leaves empty for plugins)."""
-        import json
-        import tempfile
 
         class Model(torch.nn.Module):
             def forward(self, x):
@@ -518,19 +537,7 @@ class TestInplacePlugins(TestCase):
                 return x * 2
 
         x = torch.randn(64, 33, device="cuda")
-        ep = torch.export.export(Model(), (x.clone(),))
-        with tempfile.TemporaryDirectory() as tmp:
-            engine_bytes = (
-                torch_tensorrt.dynamo.convert_exported_program_to_serialized_trt_engine(
-                    ep,
-                    arg_inputs=[x.clone()],
-                    min_block_size=1,
-                    require_full_compilation=True,
-                    alias_map_path=f"{tmp}/aliases.json",
-                )
-            )
-            with open(f"{tmp}/aliases.json") as f:
-                aliases = json.load(f)["aliases"]
+        engine_bytes, aliases = _standalone_engine(Model(), x)
         self.assertEqual(
             aliases,
             [
@@ -583,8 +590,6 @@ class TestInplacePlugins(TestCase):
             self.assertEqual(compiled_x.data_ptr(), pointer)
 
     def test_same_address_standalone_engine_and_its_binding_check(self):
-        import json
-        import tempfile
 
         from torch_tensorrt.dynamo.lowering._mutation_write_backs import (
             check_in_place_bindings,
@@ -596,20 +601,9 @@ class TestInplacePlugins(TestCase):
                 return x * 2
 
         x = torch.randn(64, 33, device="cuda")
-        ep = torch.export.export(Model(), (x.clone(),))
-        with tempfile.TemporaryDirectory() as tmp:
-            engine_bytes = (
-                torch_tensorrt.dynamo.convert_exported_program_to_serialized_trt_engine(
-                    ep,
-                    arg_inputs=[x.clone()],
-                    min_block_size=1,
-                    require_full_compilation=True,
-                    alias_map_path=f"{tmp}/aliases.json",
-                    in_place_plugin_binding="same_address",
-                )
-            )
-            with open(f"{tmp}/aliases.json") as f:
-                aliases = json.load(f)["aliases"]
+        engine_bytes, aliases = _standalone_engine(
+            Model(), x, in_place_plugin_binding="same_address"
+        )
         self.assertEqual(
             aliases,
             [
