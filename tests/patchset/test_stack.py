@@ -204,6 +204,19 @@ def test_every_prefix_is_built_installed_and_tested_alone(fake):
     ]
 
 
+def test_the_whole_stack_can_be_left_to_the_caller(fake):
+    pieces = stack.read_stack(str(fake / "patches"), str(fake))
+    rec = Recorder()
+    results = stack.check_prefixes(
+        pieces, "py", "rtx", "/out", run=rec.run, build=rec.build, skip_whole=True
+    )
+    assert results == [("one", "3 passed in 0.1s")]
+    assert [c for c in rec.calls if c[0] == "pytest"] == [
+        ("pytest", ["tests/py/test_a.py"], "rtx")
+    ]
+    assert rec.calls[-1] == ("pip", "whole.whl")
+
+
 def test_a_failing_prefix_is_named_and_the_venv_restored(fake):
     pieces = stack.read_stack(str(fake / "patches"), str(fake))
     rec = Recorder(failing={"tests/py/test_a.py"})

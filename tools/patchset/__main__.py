@@ -58,7 +58,11 @@ def _cmd_check(args: argparse.Namespace) -> str:
     flavour = args.flavour or flavour_from_env()
     with tempfile.TemporaryDirectory(prefix="patchset-prefixes-") as out:
         results = stack.check_prefixes(
-            pieces, args.python or sys.executable, flavour, out
+            pieces,
+            args.python or sys.executable,
+            flavour,
+            out,
+            skip_whole=args.skip_whole,
         )
     lines = [
         f"  {k}. {piece}: {result}" for k, (piece, result) in enumerate(results, 1)
@@ -128,6 +132,11 @@ def main(argv: List[str]) -> int:
         "--python", help="python of the venv to test prefixes in (default: this one)"
     )
     p.add_argument("--flavour", choices=["standard", "rtx"])
+    p.add_argument(
+        "--skip-whole",
+        action="store_true",
+        help="with --prefixes: leave out the last prefix (the whole stack)",
+    )
     p.set_defaults(func=_cmd_check)
 
     p = sub.add_parser(

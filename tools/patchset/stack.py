@@ -242,6 +242,7 @@ def check_prefixes(
     pytest_args: Sequence[str] = (),
     run: Runner = _run,
     build: Optional[Builder] = None,
+    skip_whole: bool = False,
 ) -> List[Tuple[str, str]]:
     """Build, install and test every prefix of the stack alone, in the venv of ``python``.
 
@@ -249,7 +250,8 @@ def check_prefixes(
     modules, installed without dependencies, then pytest on that prefix's tests
     (the tests of later pieces are not collected). The venv gets the whole patch
     set back at the end. Returns (piece, pytest summary) per prefix; raises when
-    any prefix fails, naming each failing prefix.
+    any prefix fails, naming each failing prefix. ``skip_whole`` leaves out the
+    last prefix, the whole stack (for a caller that tests it anyway).
     """
     build = wheelbuild.build_patched_wheel if build is None else build
     env = {
@@ -262,7 +264,8 @@ def check_prefixes(
     results: List[Tuple[str, str]] = []
     failed: List[str] = []
     try:
-        for k, prefix in enumerate(prefixes(pieces), 1):
+        chosen = prefixes(pieces)[:-1] if skip_whole else prefixes(pieces)
+        for k, prefix in enumerate(chosen, 1):
             wheel = build(
                 flavour,
                 os.path.join(out_dir, f"{k:02d}-{prefix.id}"),
