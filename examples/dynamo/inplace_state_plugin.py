@@ -44,7 +44,9 @@ import triton.language as tl
 
 
 @triton.jit
-def scatter_add_rows(state_ptr, index_ptr, update_ptr, out_ptr, n_rows, ROW: tl.constexpr):  # fmt: skip
+def scatter_add_rows(
+    state_ptr, index_ptr, update_ptr, out_ptr, n_rows, ROW: tl.constexpr
+):
     i = tl.program_id(0)
     if i < n_rows:
         cols = tl.arange(0, ROW)

@@ -238,7 +238,7 @@ def _kernel() -> Any:
     import triton.language as tl
 
     @triton.jit
-    def scatter_add_rows(state_ptr, index_ptr, update_ptr, out_ptr, n_rows, ROW: tl.constexpr):  # type: ignore[no-untyped-def]  # fmt: skip
+    def scatter_add_rows(state_ptr, index_ptr, update_ptr, out_ptr, n_rows, ROW: tl.constexpr):  # type: ignore[no-untyped-def]
         i = tl.program_id(0)
         if i < n_rows:
             cols = tl.arange(0, ROW)

@@ -215,8 +215,8 @@ def network_in_place_updates(
     result = []
     for w in write_backs:
         alias = aliased_io.get(w.output_name)
-        # kind user: recorded by the plugin converter; any other kind would be
-        # TensorRT reporting the alias itself
+        # kind "user" is the plugin converter's record; any other kind is an
+        # alias TensorRT reports itself: either way the output is bound in place
         if alias is not None and alias[0] == w.input_name:
             result.append(
                 replace(w, update="in_place", binding=in_place_plugin_binding)

@@ -24,6 +24,7 @@ from test_lower_auto_functionalized import (
     _build_engine,
     _clone,
     _dryrun,
+    _dryrun_dynamic,
     _inputs,
 )
 from torch.testing._internal.common_utils import TestCase, run_tests
@@ -48,19 +49,7 @@ class TestBufferStateDryrunOnCpu(TestCase):
                     )
 
     def test_dynamic_batch(self):
-        batch = torch.export.Dim("batch", min=1, max=8)
-        args = _inputs(1, batch=4)
-        ep = torch.export.export(
-            MutateRowState(), _clone(args), dynamic_shapes=({0: batch},)
-        )
-        inputs = [
-            torch_tensorrt.Input(
-                min_shape=(1, 16), opt_shape=(4, 16), max_shape=(8, 16)
-            )
-        ]
-        gm = torch_tensorrt.dynamo.compile(
-            ep, arg_inputs=inputs, dryrun=True, min_block_size=1
-        )
+        gm = _dryrun_dynamic(MutateRowState(), 1)
         eager = MutateRowState()
         for batch_size in (2, 5):
             small = _inputs(1, batch=batch_size)

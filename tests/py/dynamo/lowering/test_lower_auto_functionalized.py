@@ -273,6 +273,21 @@ def _dryrun(module, args, **kwargs):
     )
 
 
+def _dryrun_dynamic(module, n):
+    """``compile(dryrun=True)`` of ``module`` on ``n`` inputs of batch 1 to 8."""
+    batch = torch.export.Dim("batch", min=1, max=8)
+    args = _inputs(n, batch=4)
+    shapes = tuple({0: batch} for _ in range(n))
+    ep = torch.export.export(module, _clone(args), dynamic_shapes=shapes)
+    inputs = [
+        torch_tensorrt.Input(min_shape=(1, 16), opt_shape=(4, 16), max_shape=(8, 16))
+        for _ in range(n)
+    ]
+    return torch_tensorrt.dynamo.compile(
+        ep, arg_inputs=inputs, dryrun=True, min_block_size=1
+    )
+
+
 def _build_engine(module, args, **kwargs):
     """The serialized engine, and the graph and interpreter result it was built from."""
     from torch_tensorrt.dynamo import _compiler
@@ -700,27 +715,12 @@ class TestCompileDryrunOnCpu(TestCase):
                     self.assertEqual(compiled_args, eager_args, msg="mutation lost")
 
     def test_dynamic_batch(self):
-        batch = torch.export.Dim("batch", min=1, max=8)
-        for cls, n in ((MutateAndReturn, 2),):
-            with self.subTest(cls.__name__):
-                args = _inputs(n, batch=4)
-                shapes = tuple({0: batch} for _ in range(n))
-                ep = torch.export.export(cls(), _clone(args), dynamic_shapes=shapes)
-                inputs = [
-                    torch_tensorrt.Input(
-                        min_shape=(1, 16), opt_shape=(4, 16), max_shape=(8, 16)
-                    )
-                    for _ in range(n)
-                ]
-                gm = torch_tensorrt.dynamo.compile(
-                    ep, arg_inputs=inputs, dryrun=True, min_block_size=1
-                )
-                eager = cls()
-                for batch_size in (2, 5):
-                    small = _inputs(n, batch=batch_size)
-                    compiled_args, eager_args = _clone(small), _clone(small)
-                    self.assertEqual(gm(*compiled_args), eager(*eager_args))
-                    self.assertEqual(compiled_args, eager_args)
+        gm = _dryrun_dynamic(MutateAndReturn(), 2)
+        for batch_size in (2, 5):
+            small = _inputs(2, batch=batch_size)
+            compiled_args, eager_args = _clone(small), _clone(small)
+            self.assertEqual(gm(*compiled_args), MutateAndReturn()(*eager_args))
+            self.assertEqual(compiled_args, eager_args)
 
     def test_views_tensorrt_cannot_write_back_are_errors_with_full_compilation(self):
         cases = [
