@@ -1029,8 +1029,8 @@ def test_the_scan_reaches_the_names_the_project_relies_on():
     """Guards against a scanner that silently checks nothing (update as code moves)."""
     _, checked = scan_project()
     expected = {
-        "tensorrt.PreviewFeature.ALIASED_PLUGIN_IO_10_03",  # patch 0010
-        "tensorrt.IBuilderConfig.set_preview_feature",  # patch 0010: builder_config
+        "tensorrt.PreviewFeature.ALIASED_PLUGIN_IO_10_03",  # patch 0011
+        "tensorrt.IBuilderConfig.set_preview_feature",  # patch 0011: builder_config
         "tensorrt.INetworkDefinition.add_plugin",  # _plugin_call.py: ctx.net
         "tensorrt.INetworkDefinition.add_plugin(aot=)",  # ... and its keyword
         "tensorrt.IPluginV3Layer.num_outputs",  # layer = ctx.net.add_plugin(...)

@@ -389,7 +389,7 @@ class TestInplacePlugins(TestCase):
         "The compiled module already runs on the Python runtime (see the test above).",
     )
     def test_python_runtime_captures_again_for_a_moved_state(self):
-        """Patch 0023's re-capture, on the Python TRTEngine beside the C++ runtime.
+        """Patch 0025's re-capture, on the Python TRTEngine beside the C++ runtime.
 
         With the C++ runtime library loaded, a compiled module always runs on it;
         the Python TRTEngine is driven directly from the module's engine info, as
@@ -647,7 +647,7 @@ class TestInplacePlugins(TestCase):
             self.assertEqual(state, eager_state)
 
     def test_python_runtime_returns_the_state_without_a_copy(self):
-        """Patch 0024 on the Python TRTEngine (driven directly beside the C++ runtime)."""
+        """Patch 0026 on the Python TRTEngine (driven directly beside the C++ runtime)."""
         from torch_tensorrt.dynamo.runtime._in_place_outputs import op_outputs
         from torch_tensorrt.dynamo.runtime._TRTEngine import TRTEngine
 

@@ -426,7 +426,7 @@ class TestPerEngineCudaGraphsWithAnAliasedInput(TestCase):
         self.assertEqual(cache, expected)
 
     def test_python_runtime_captures_again_for_a_moved_cache(self):
-        """Patch 0023's re-capture in the Python TRTEngine (its manual graph path;
+        """Patch 0025's re-capture in the Python TRTEngine (its manual graph path;
         on TensorRT-RTX the engine switches to RTX native graphs instead)."""
         engine = _python_engine(self.trt)
         names = list(engine.in_binding_names)
