@@ -3,8 +3,10 @@
 
 ``compile()`` copies a lifted buffer's new value back into the compiled module's
 buffer after each call; a standalone engine returns it as ``buf_<name>_new``.
-The CPU tests run ``compile(dryrun=True)`` modules and engines built by
-TensorRT-RTX; the GPU test runs compiled modules. The models and helpers are
+The CPU tests run ``compile(dryrun=True)`` modules, engines built by
+TensorRT-RTX, and full ``compile()`` results whose engines TensorRT-RTX built and
+whose execution is stood in (``test_compile_with_stand_in_engines.py``); the GPU
+tests run compiled modules. The models and helpers are
 those of ``test_lower_auto_functionalized.py``.
 """
 
@@ -13,6 +15,7 @@ import unittest
 
 import torch
 import torch_tensorrt
+from test_compile_with_stand_in_engines import compile_on_cpu
 from test_lower_auto_functionalized import (
     BUFFER_CASES,
     CPU_BUILDER,
@@ -94,6 +97,39 @@ class TestBufferStateInSerializedEngines(TestCase):
                         : len(result.output_names) - 1
                     ],
                 )
+
+
+@unittest.skipIf(not CPU_BUILDER, NEEDS_CPU_BUILDER)
+class TestBufferStateWithStandInEngines(TestCase):
+    """A real ``compile()``: engines built, execution stood in (see the helper)."""
+
+    def test_buffer_matrix_over_several_calls(self):
+        for name, cls in BUFFER_CASES:
+            with self.subTest(name):
+                x = _inputs(1)[0]
+                trt, _ = compile_on_cpu(
+                    self, cls(), (x,), require_full_compilation=True
+                )
+                eager = cls()
+                for step in range(3):
+                    self.assertEqual(trt(x.clone()), eager(x.clone()), msg=f"{step}")
+                    self.assertEqual(
+                        trt.get_buffer("state"), eager.state, msg=f"{step}"
+                    )
+
+    def test_the_user_input_spec_survives_buffer_lifting(self):
+        """Whole-graph CUDA graphs rebuild (args, kwargs) with ``_in_spec``."""
+        for name, cls in BUFFER_CASES:
+            with self.subTest(name):
+                x = _inputs(1)[0]
+                trt, _ = compile_on_cpu(self, cls(), (x,))
+                ep = torch.export.export(cls(), (x.clone(),))
+                self.assertEqual(trt._in_spec, ep.call_spec.in_spec)
+                # what CudaGraphsTorchTensorRTModule does with its input buffers
+                args, kwargs = torch.utils._pytree.tree_unflatten(
+                    [x.clone()], trt._in_spec
+                )
+                self.assertEqual(trt(*args, **kwargs), cls()(x.clone()))
 
 
 @unittest.skipIf(

@@ -305,11 +305,18 @@ class TestAliasedIoAfterReload(TestCase):
         loaded = self._module(None)
         self.assertEqual(loaded.aliased_io, {})
         engine = unittest.mock.MagicMock(requires_native_multidevice=False)
-        with unittest.mock.patch.object(
-            torch.classes.tensorrt, "Engine", return_value=engine, create=True
-        ), unittest.mock.patch(
-            "torch_tensorrt.dynamo.runtime._TRTEngine.TRTEngine", return_value=engine
-        ):
+        # only the engine class of the runtime this install runs is stood in:
+        # torch.classes.tensorrt cannot even be looked at without the C++ library
+        if ENABLED_FEATURES.torch_tensorrt_runtime:
+            stand_in = unittest.mock.patch.object(
+                torch.classes.tensorrt, "Engine", return_value=engine
+            )
+        else:
+            stand_in = unittest.mock.patch(
+                "torch_tensorrt.dynamo.runtime._TRTEngine.TRTEngine",
+                return_value=engine,
+            )
+        with stand_in:
             loaded.set_extra_state(saved)
         self.assertEqual(loaded.aliased_io, self.ALIASED)
         if ENABLED_FEATURES.torch_tensorrt_runtime:
