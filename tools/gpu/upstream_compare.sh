@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# On the GPU machine (one call, carrying .gpu made by ../shared/tools/gpu/prepare
+# --upstream ...): upstream's tests/py/dynamo/{lowering,runtime,partitioning,conversion}
+# against the unpatched (base) and the patched RTX wheel, side by side, each with a
+# per-test timeout and an overall deadline. Writes $OUT/upstream-{base,patched}.log
+# (pytest -v lines) for tools/gpu/upstream_table.py to compare.
+#   bash tools/gpu/upstream_compare.sh [DEADLINE_S] [DIRS...]
+set -uo pipefail
+deadline=${1:-480}; shift || true
+dirs=("$@")
+[ ${#dirs[@]} -gt 0 ] || dirs=(lowering runtime partitioning conversion)
+root=$(pwd)
+bash .gpu/run true >/dev/null 2>&1  # unpack TensorRT-RTX once, before the parallel runs
+for wheel in base patched; do
+  (
+    up=/tmp/upstream-$wheel
+    rm -rf "$up" && mkdir -p "$up" && tar -C "$up" -xJf .gpu/upstream-tests.tar.xz
+    paths=(); for d in "${dirs[@]}"; do paths+=("tests/py/dynamo/$d"); done
+    TORCHTRT_GPU_WHEEL=$wheel timeout -s INT "$deadline" bash "$root/.gpu/run" \
+      bash -c "cd $up && python3 -m pytest -p no:cacheprovider -v --timeout 60 -o console_output_style=classic ${paths[*]}" \
+      > "$OUT/upstream-$wheel.log" 2>&1
+    echo "$wheel: exit $?" >> "$OUT/upstream-exit.txt"
+  ) &
+done
+wait
+cat "$OUT/upstream-exit.txt"
+for wheel in base patched; do tail -2 "$OUT/upstream-$wheel.log"; done
