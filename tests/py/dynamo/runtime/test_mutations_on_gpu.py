@@ -106,6 +106,30 @@ def _engines(trt):
     return [m for m in trt.modules() if isinstance(m, TorchTensorRTModule)]
 
 
+def whole_graph_refused_by_tensorrt_rtx(trt):
+    """Why upstream's whole-graph mode would refuse ``trt`` here, or None.
+
+    On TensorRT-RTX, ``CudaGraphsTorchTensorRTModule`` captures only engines whose
+    execution context reports ``is_stream_capturable``; an RTX engine that does
+    not is refused with or without mutations (tools/gpu/rtx_limits.py shows it
+    on a model without any).
+    """
+    if not ENABLED_FEATURES.tensorrt_rtx:
+        return None
+    stream = torch.cuda.Stream()
+    for name, module in trt.named_modules():
+        check = getattr(
+            getattr(module, "engine", None), "_is_monolithic_capturable", None
+        )
+        if isinstance(module, TorchTensorRTModule) and check and not check(stream):
+            return (
+                f"TensorRT-RTX reports engine '{name}' not stream-capturable on this "
+                "GPU (IExecutionContext.is_stream_capturable), so whole-graph CUDA "
+                "graphs refuse it whatever the model does"
+            )
+    return None
+
+
 def _kv_args():
     return (torch.zeros(1, 4, 16, 8).cuda(), torch.randn(1, 4, 1, 8).cuda())
 
@@ -252,41 +276,40 @@ class TestCudaGraphsWithMutations(TestCase, _Steps):
     def tearDown(self):
         torch_tensorrt.runtime.set_cudagraphs_mode(False)
 
-    def _check(self, whole_graph):
+    def _cases(self, **kwargs):
         for name, cls, n, buffers in self.CASES:
-            with self.subTest(name, runtime=RUNTIME):
-                args = tuple(torch.randn(2, 8).cuda() for _ in range(n))
-                kwargs = (
-                    {"torch_executed_ops": {torch.ops.aten.sin.default}}
-                    if whole_graph
-                    else {}
-                )
-                trt = _compile(cls().cuda(), args, **kwargs)
-                eager = cls().cuda()
-                # the same input tensors every call, as CUDA graphs want them
-                fixed = [a.clone() for a in args]
-                with torch_tensorrt.runtime.enable_cudagraphs(trt) as graphed:
-                    if whole_graph:
-                        self.assertIsInstance(
-                            graphed,
-                            CudaGraphsTorchTensorRTModule,
-                        )
-                    eager_args = [a.clone() for a in fixed]
-                    for step in range(STEPS):
-                        self.assertEqual(
-                            graphed(*fixed), eager(*eager_args), msg=f"{step}"
-                        )
-                        self.assertEqual(fixed, eager_args, msg=f"inputs {step}")
-                        for b in buffers:
-                            self.assertEqual(
-                                trt.get_buffer(b), eager.get_buffer(b), msg=f"{step}"
-                            )
+            args = tuple(torch.randn(2, 8).cuda() for _ in range(n))
+            yield name, cls, buffers, args, _compile(cls().cuda(), args, **kwargs)
+
+    def _steps(self, run, trt, eager, args, buffers):
+        # the same input tensors every call, as CUDA graphs want them
+        fixed = [a.clone() for a in args]
+        eager_args = [a.clone() for a in fixed]
+        for step in range(STEPS):
+            self.assertEqual(run(*fixed), eager(*eager_args), msg=f"{step}")
+            self.assertEqual(fixed, eager_args, msg=f"inputs {step}")
+            for b in buffers:
+                self.assertEqual(trt.get_buffer(b), eager.get_buffer(b), msg=f"{step}")
 
     def test_whole_graph_mode(self):
-        self._check(whole_graph=True)
+        """``enable_cudagraphs`` on a module with PyTorch segments."""
+        in_torch = {"torch_executed_ops": {torch.ops.aten.sin.default}}
+        for name, cls, buffers, args, trt in self._cases(**in_torch):
+            with self.subTest(name, runtime=RUNTIME):
+                refused = whole_graph_refused_by_tensorrt_rtx(trt)
+                if refused:
+                    self.skipTest(refused)
+                with torch_tensorrt.runtime.enable_cudagraphs(trt) as graphed:
+                    self.assertIsInstance(graphed, CudaGraphsTorchTensorRTModule)
+                    self._steps(graphed, trt, cls().cuda(), args, buffers)
 
     def test_per_engine_mode(self):
-        self._check(whole_graph=False)
+        """``set_cudagraphs_mode(True)``: each engine records its own graph."""
+        for name, cls, buffers, args, trt in self._cases():
+            with self.subTest(name, runtime=RUNTIME):
+                torch_tensorrt.runtime.set_cudagraphs_mode(True)
+                self._steps(trt, trt, cls().cuda(), args, buffers)
+                torch_tensorrt.runtime.set_cudagraphs_mode(False)
 
 
 if __name__ == "__main__":
