@@ -181,23 +181,28 @@ class TestKvCacheUpdatedInPlace(TestCase, _Steps):
             )
 
     def test_staged_caches_receive_the_write(self):
-        """Inputs the runtime must stage: non-contiguous, or on the CPU."""
+        """Inputs the runtime must stage (non-contiguous, on the CPU), with the
+        engine's own outputs and with the output allocator."""
         trt = _compile(KvCache().cuda(), _kv_args())
         caches = {
             "non_contiguous": lambda: torch.zeros(1, 4, 8, 16).cuda().transpose(2, 3),
             "on_the_cpu": lambda: torch.zeros(1, 4, 16, 8),
         }
-        for name, make in caches.items():
-            with self.subTest(name, runtime=RUNTIME):
-                cache = make()
-                expected = cache.clone()
-                for step in range(STEPS):
-                    update = torch.randn(1, 4, 1, 8).cuda()
-                    out = trt(cache, update)
-                    self.assertEqual(
-                        out.cpu(), KvCache()(expected, update.to(expected.device)).cpu()
-                    )
-                    self.assertEqual(cache, expected, msg=f"{step}")
+        for allocator in (False, True):
+            for name, make in caches.items():
+                with self.subTest(name, output_allocator=allocator, runtime=RUNTIME):
+                    cache = make()
+                    expected = cache.clone()
+                    for step in range(STEPS):
+                        update = torch.randn(1, 4, 1, 8).cuda()
+                        if allocator:
+                            with torch_tensorrt.runtime.enable_output_allocator(trt):
+                                out = trt(cache, update)
+                        else:
+                            out = trt(cache, update)
+                        eager = KvCache()(expected, update.to(expected.device))
+                        self.assertEqual(out.cpu(), eager.cpu(), msg=f"{step}")
+                        self.assertEqual(cache, expected, msg=f"{step}")
 
     def test_dynamic_batch(self):
         batch = torch.export.Dim("batch", min=1, max=4)
