@@ -29,6 +29,7 @@ from torch_tensorrt.dynamo.runtime._TorchTensorRTModule import TorchTensorRTModu
 RUNTIME = "cpp" if ENABLED_FEATURES.torch_tensorrt_runtime else "python"
 NO_GPU = "Running TensorRT engines needs a CUDA device; this host has none."
 STEPS = 3
+TORCH_BEFORE_2_14 = tuple(int(v) for v in torch.__version__.split(".")[:2]) < (2, 14)
 
 
 @torch.library.custom_op("trt_gpu_mut::scale_", mutates_args=("x",))
@@ -253,6 +254,13 @@ class TestSaveAndReload(TestCase, _Steps):
         return tuple(torch.randn(2, 8).cuda() for _ in range(n))
 
     def test_round_trip_through_an_exported_program(self):
+        if RUNTIME == "python" and TORCH_BEFORE_2_14:
+            self.skipTest(
+                f"torch {torch.__version__}: saving the Python runtime's TRTEngine "
+                "needs the opaque-object support of the torch 2.14 this wheel is "
+                "built for (torch.export's lift_constants_pass rejects it even for a "
+                "model without mutations: tools/gpu/rtx_limits.py)"
+            )
         for name, cls, n, buffers in self.CASES:
             with self.subTest(name, runtime=RUNTIME):
                 args = self._args(cls, n)
