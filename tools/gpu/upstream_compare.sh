@@ -3,7 +3,9 @@
 # --upstream ...): upstream's tests/py/dynamo/{lowering,runtime,partitioning,conversion}
 # against the unpatched (base) and the patched RTX wheel, side by side, each with a
 # per-test timeout and an overall deadline. Writes $OUT/upstream-{base,patched}.log
-# (pytest -v lines) for tools/gpu/upstream_table.py to compare.
+# (pytest -v lines) for tools/gpu/upstream_table.py to compare. pytest is exec'd so
+# that the deadline's SIGINT reaches it (a shell in between swallowed it: the first
+# run went on to the call's limit).
 #   bash tools/gpu/upstream_compare.sh [DEADLINE_S] [DIRS...]
 set -uo pipefail
 deadline=${1:-480}; shift || true
@@ -17,7 +19,7 @@ for wheel in base patched; do
     rm -rf "$up" && mkdir -p "$up" && tar -C "$up" -xJf .gpu/upstream-tests.tar.xz
     paths=(); for d in "${dirs[@]}"; do paths+=("tests/py/dynamo/$d"); done
     TORCHTRT_GPU_WHEEL=$wheel timeout -s INT "$deadline" bash "$root/.gpu/run" \
-      bash -c "cd $up && python3 -m pytest -p no:cacheprovider -v --timeout 60 -o console_output_style=classic ${paths[*]}" \
+      bash -c "cd $up && exec python3 -m pytest -p no:cacheprovider -v --timeout 60 -o console_output_style=classic ${paths[*]}" \
       > "$OUT/upstream-$wheel.log" 2>&1
     echo "$wheel: exit $?" >> "$OUT/upstream-exit.txt"
   ) &
