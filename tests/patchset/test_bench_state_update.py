@@ -240,3 +240,20 @@ def test_the_copy_back_engine_builds_with_its_alias_map(bench):
     engine_bytes, aliases = bench.build_engine("copy_back", args)
     assert len(engine_bytes) > 0
     assert aliases == [{"output": "state_new", "input": "state", "update": "copy"}]
+
+
+def test_what_cannot_run_here_is_one_sentence(bench, capsys):
+    """No GPU here; the RTX flavour has no tensorrt.plugin: a sentence, no traceback."""
+    with pytest.raises(SystemExit) as exit_:
+        bench.main(["--sizes-mib", "16"])
+    assert exit_.value.code == 2
+    message = capsys.readouterr().err.strip()
+    assert "\n" not in message and message.endswith(".")
+    if os.environ.get("TORCHTRT_PATCHSET_ENV") == "rtx":
+        assert "tensorrt.plugin" in message
+    reason = bench.missing_requirement(["copy_back"])
+    assert reason == (
+        None
+        if torch.cuda.is_available()
+        else "The benchmark times engines on a GPU; this host has no CUDA device."
+    )

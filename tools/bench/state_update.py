@@ -38,8 +38,10 @@ building the copy-back engine (with TensorRT-RTX on a CPU) run without a GPU
 """
 
 import argparse
+import importlib.util
 import json
 import statistics
+import sys
 import tempfile
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
@@ -443,8 +445,31 @@ def step_time(way: str, args: Sequence[torch.Tensor], steps: int) -> float:
     return _timed(run, stream, steps)
 
 
+def missing_requirement(ways: Sequence[str]) -> Optional[str]:
+    """Why the benchmark cannot run ``ways`` here, in one sentence, or None."""
+    if any(w in IN_PLACE_MODES for w in ways):
+        try:
+            import tensorrt.plugin  # noqa: F401
+        except ImportError:
+            return (
+                "The plugin ways (declared_alias, same_address) need standard TensorRT's "
+                "tensorrt.plugin, which this install does not have (the RTX flavour has "
+                "no plugins): run them with the standard flavour, or pass --ways copy_back."
+            )
+    if any(w == "triton" or w in IN_PLACE_MODES for w in ways):
+        if importlib.util.find_spec("triton") is None:
+            return "The Triton kernel ways need Triton, which is not installed."
+    if not torch.cuda.is_available():
+        return "The benchmark times engines on a GPU; this host has no CUDA device."
+    return None
+
+
 def main(argv: Optional[Sequence[str]] = None) -> None:
     args = parse_args(argv)
+    reason = missing_requirement(args.ways)
+    if reason:
+        print(reason, file=sys.stderr)
+        raise SystemExit(2)
     trt = _trt()
     if any(w in IN_PLACE_MODES for w in args.ways):
         define_ops(args.impl)
