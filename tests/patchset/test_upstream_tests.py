@@ -94,18 +94,22 @@ def test_counts_and_reclassification(tmp_path, no_gpu):
     summary = upstream_tests.run(str(checkout), [], str(report))
     assert "\n" not in summary
     assert (
-        "8 ran, 1 passed, 3 failed, 4 skipped (needs GPU), 1 skipped (other), 1 error(s)"
-        in summary
+        "10 ran (2 of them whole modules at collection), 1 passed, 3 failed, "
+        "4 skipped (needs GPU), 1 skipped (other), 1 error(s)" in summary
     )
     data, tests = outcomes(report)
     assert data["counts"] == {
-        "ran": 8,
+        "ran": 10,
         "passed": 1,
         "failed": 3,
         "skipped_needs_gpu": 4,
         "skipped_other": 1,
         "errors": 1,
+        "modules": 2,
     }
+    outcome_keys = ("passed", "failed", "skipped_needs_gpu", "skipped_other", "errors")
+    assert sum(data["counts"][k] for k in outcome_keys) == data["counts"]["ran"]
+    assert data["deselected"] == []
     assert data["gpu_present"] is False
     assert data["invocations"][0]["cwd"] == "tests/py/dynamo"
     assert tests["test_pass.py::test_ok"]["outcome"] == "passed"
@@ -145,8 +149,8 @@ def test_with_a_gpu_present_nothing_is_reclassified(tmp_path, monkeypatch):
     checkout = make_checkout(tmp_path / "TensorRT", files)
     summary = upstream_tests.run(str(checkout), ["tests/py/dynamo/"], None)
     assert (
-        "1 ran, 0 passed, 1 failed, 0 skipped (needs GPU), 0 skipped (other), 1 error(s)"
-        in summary
+        "2 ran (1 of them whole modules at collection), 0 passed, 1 failed, "
+        "0 skipped (needs GPU), 0 skipped (other), 1 error(s)" in summary
     )
 
 
@@ -314,3 +318,42 @@ def test_command_line_prints_the_summary_or_one_error_line(tmp_path, no_gpu):
     assert (
         bad.stderr == f"error: no such test path in {checkout}: tests/py/dynamo/nope\n"
     )
+
+
+def test_known_failures_are_deselected_with_their_reason(tmp_path, no_gpu):
+    checkout = make_checkout(
+        tmp_path / "TensorRT",
+        {n: FAKE_TESTS[n] for n in ("test_pass.py", "test_fail.py")},
+    )
+    report = tmp_path / "report.json"
+    env = {**os.environ, "PYTHONPATH": upstream_tests.TOOLS_DIR}
+    command = [sys.executable, "-m", "patchset", "upstream-tests", str(checkout)]
+    failing = subprocess.run(command, env=env, capture_output=True, text=True)
+    assert failing.returncode == 1
+    known = "tests/py/dynamo/test_fail.py::test_wrong=fails unpatched too"
+    ok = subprocess.run(
+        command + ["--known-failure", known, "--report", str(report)],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert ok.returncode == 0, ok.stderr
+    assert ok.stdout.splitlines()[-1].endswith(
+        f"1 known failure(s) deselected; report: {report}"
+    )
+    data, tests = outcomes(report)
+    assert list(tests) == ["test_pass.py::test_ok"]
+    assert data["deselected"] == [
+        {
+            "nodeid": "tests/py/dynamo/test_fail.py::test_wrong",
+            "reason": "fails unpatched too",
+        }
+    ]
+    bad = subprocess.run(
+        command + ["--known-failure", "no-reason"],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert bad.returncode == 1
+    assert "expected NODEID=REASON" in bad.stderr

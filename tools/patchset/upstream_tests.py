@@ -24,14 +24,22 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from typing import Any, Deque, Dict, List, Optional, Tuple
+from typing import Any, Deque, Dict, List, Optional, Sequence, Tuple
 
 from . import REPO_ROOT, PatchsetError
 
 TOOLS_DIR = os.path.join(REPO_ROOT, "tools")
 DEFAULT_PATHS = ["tests/py/dynamo"]
 PLUGIN = "patchset.gpu_skip_plugin"
-COUNT_KEYS = ("ran", "passed", "failed", "skipped_needs_gpu", "skipped_other", "errors")
+COUNT_KEYS = (
+    "ran",
+    "passed",
+    "failed",
+    "skipped_needs_gpu",
+    "skipped_other",
+    "errors",
+    "modules",
+)
 # pytest exit statuses after which the results are complete (ok, tests failed, none collected).
 _COMPLETED = (0, 1, 5)
 
@@ -150,7 +158,9 @@ def _check_origin(origin: str, top: str, sites: List[str], verb: str) -> None:
         )
 
 
-def _pytest_argv(top: str, args: List[str], results: str) -> List[str]:
+def _pytest_argv(
+    top: str, args: List[str], results: str, deselect: Sequence[str] = ()
+) -> List[str]:
     return [
         sys.executable,
         "-m",
@@ -167,6 +177,7 @@ def _pytest_argv(top: str, args: List[str], results: str) -> List[str]:
         f"--rootdir={top}",
         "--continue-on-collection-errors",
         "-rfE",
+        *(f"--deselect={nodeid}" for nodeid in deselect),
         *args,
     ]
 
@@ -197,9 +208,15 @@ def _run_pytest(argv: List[str], cwd: str, env: Dict[str, str]) -> Tuple[int, st
 
 
 def count(tests: List[Dict[str, Any]]) -> Dict[str, int]:
-    """Counts of final outcomes; ``ran`` is the number of test items (not modules) run."""
+    """Counts of final outcomes, which add up to ``ran``.
+
+    ``ran`` counts test items and the modules that failed or were skipped as a
+    whole at collection (their tests were never collected, so each counts once);
+    ``modules`` says how many of ``ran`` those modules are.
+    """
     counts = dict.fromkeys(COUNT_KEYS, 0)
-    counts["ran"] = sum(1 for t in tests if t["kind"] == "test")
+    counts["ran"] = len(tests)
+    counts["modules"] = sum(1 for t in tests if t["kind"] != "test")
     for t in tests:
         counts["errors" if t["outcome"] == "error" else t["outcome"]] += 1
     return counts
@@ -223,13 +240,32 @@ def _write_json(path: str, data: Dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
-def run(checkout: str, paths: List[str], report: Optional[str]) -> str:
+def parse_known_failure(text: str) -> Tuple[str, str]:
+    """``NODEID=REASON`` -> (node id, reason); both must be given."""
+    nodeid, sep, reason = text.partition("=")
+    if not sep or not nodeid.strip() or not reason.strip():
+        raise PatchsetError(
+            f"--known-failure {text!r}: expected NODEID=REASON, e.g. "
+            "tests/py/dynamo/runtime/test_x.py::test_y='fails unpatched too (#1234)'"
+        )
+    return nodeid.strip(), reason.strip()
+
+
+def run(
+    checkout: str,
+    paths: List[str],
+    report: Optional[str],
+    known_failures: Sequence[Tuple[str, str]] = (),
+) -> str:
     """Run upstream tests ``paths`` (default ``tests/py/dynamo``) of ``checkout``; one-line summary.
 
-    Each suite directory gets one serial pytest run. With ``report``, a JSON
-    file with every test's outcome and the counts is written there.
+    Each suite directory gets one serial pytest run. ``known_failures`` are
+    (node id, reason) pairs deselected from the run; the report and the summary
+    name them. With ``report``, a JSON file with every test's outcome, the
+    counts and the deselected tests with their reasons is written there.
     """
     top = _checkout(checkout)
+    deselect = [nodeid for nodeid, _ in known_failures]
     paths = list(paths) or DEFAULT_PATHS
     groups = _group_paths(top, paths)
     env = _environment(top)
@@ -241,7 +277,7 @@ def run(checkout: str, paths: List[str], report: Optional[str]) -> str:
     try:
         for index, (suite, args) in enumerate(groups.items()):
             results = os.path.join(scratch, f"results-{index}.json")
-            argv = _pytest_argv(top, args, results)
+            argv = _pytest_argv(top, args, results, deselect)
             status, last = _run_pytest(argv, os.path.join(top, suite), env)
             shown = [a.replace(results, "<results>") for a in argv[1:]]
             invocations.append({"cwd": suite, "argv": shown, "exit_status": status})
@@ -277,13 +313,27 @@ def run(checkout: str, paths: List[str], report: Optional[str]) -> str:
                 "gpu_present": gpu_present,
                 "invocations": invocations,
                 "counts": counts,
+                "deselected": [
+                    {"nodeid": nodeid, "reason": reason}
+                    for nodeid, reason in known_failures
+                ],
                 "tests": tests,
             },
         )
     return (
-        f"upstream tests {' '.join(paths)} against {against}: {counts['ran']} ran, "
-        f"{counts['passed']} passed, {counts['failed']} failed, "
+        f"upstream tests {' '.join(paths)} against {against}: {counts['ran']} ran"
+        + (
+            f" ({counts['modules']} of them whole modules at collection)"
+            if counts["modules"]
+            else ""
+        )
+        + f", {counts['passed']} passed, {counts['failed']} failed, "
         f"{counts['skipped_needs_gpu']} skipped (needs GPU), "
         f"{counts['skipped_other']} skipped (other), {counts['errors']} error(s)"
+        + (
+            f"; {len(known_failures)} known failure(s) deselected"
+            if known_failures
+            else ""
+        )
         + (f"; report: {os.path.abspath(report)}" if report else "")
     )
