@@ -15,8 +15,8 @@ root=$(pwd)
 bash .gpu/run true >/dev/null 2>&1  # unpack TensorRT-RTX once, before the parallel runs
 for wheel in base patched; do
   (
-    up=/tmp/upstream-$wheel
-    rm -rf "$up" && mkdir -p "$up" && tar -C "$up" -xJf .gpu/upstream-tests.tar.xz
+    up=$(mktemp -d)
+    tar -C "$up" -xJf .gpu/upstream-tests.tar.xz
     paths=(); for d in "${dirs[@]}"; do paths+=("tests/py/dynamo/$d"); done
     TORCHTRT_GPU_WHEEL=$wheel timeout -s INT "$deadline" bash "$root/.gpu/run" \
       bash -c "cd $up && exec python3 -m pytest -p no:cacheprovider -v --timeout 60 -o console_output_style=classic ${paths[*]}" \

@@ -34,18 +34,15 @@ import unittest
 
 import numpy as np
 import torch
-import torch_tensorrt
+from test_generated_plugins_qdp import (
+    HAVE_QDP,
+    generated,
+    runtime_plugin,
+    standin_itensor,
+    tensor_desc,
+    trt_dtype,
+)
 from torch.testing._internal.common_utils import TestCase, run_tests
-from torch_tensorrt import ENABLED_FEATURES
-
-try:
-    import tensorrt.plugin as trtp
-
-    import tensorrt as trt  # isort: skip
-
-    HAVE_QDP = ENABLED_FEATURES.qdp_plugin
-except ImportError:
-    HAVE_QDP = False
 
 HAVE_CUDA = torch.cuda.is_available()
 HAVE_TRITON = importlib.util.find_spec("triton") is not None
@@ -132,29 +129,6 @@ def _(x, y, alpha):
 
 # --- plugins through the real registry ----------------------------------------
 
-_GENERATED = set()
-
-
-def generated(name):
-    """Generate the plugin for NS::name once per process (QDP forbids twice)."""
-    if name not in _GENERATED:
-        torch_tensorrt.dynamo.conversion.plugins.generate_plugin(f"{NS}::{name}")
-        _GENERATED.add(name)
-    return getattr(getattr(trtp.op, NS), name)
-
-
-def trt_dtype(torch_dtype):
-    return torch_tensorrt.dtype._from(torch_dtype).to(trt.DataType)
-
-
-class StandInITensor(trt.ITensor if HAVE_QDP else object):
-    """Passes ``isinstance(t, trt.ITensor)``; never given to TensorRT."""
-
-
-def standin_itensor():
-    # a pybind11 object made without __init__: no TensorRT object behind it
-    return StandInITensor.__new__(StandInITensor)
-
 
 def plugins(name, inputs, attrs):
     """(phase, plugin) for the BUILD phase and the RUNTIME phase of NS::name.
@@ -164,27 +138,13 @@ def plugins(name, inputs, attrs):
     building. RUNTIME: the registry's creator given the BUILD plugin's serialized
     fields, as after engine deserialization (QDP 11.1 leaves its alias map empty).
     """
-    plugin_def = generated(name)
+    plugin_def = generated(name, NS)
     array_attrs = {k: np.array([v], dtype=np.float64) for k, v in attrs.items()}
     _, _, build = plugin_def(*[standin_itensor() for _ in inputs], **array_attrs)()
     build.get_output_data_types(
         [trt_dtype(t.dtype) for t in inputs], [t.dim() for t in inputs]
     )
-    creator = trt.get_plugin_registry().get_creator(name, "1", NS)
-    assert creator is not None, f"{NS}::{name} is not in TensorRT's plugin registry"
-    runtime = creator.create_plugin(
-        name, NS, build.get_fields_to_serialize(), trt.TensorRTPhase.RUNTIME
-    )
-    return [("BUILD", build), ("RUNTIME", runtime)]
-
-
-def tensor_desc(t):
-    desc = trt.PluginTensorDesc()
-    desc.dims = tuple(t.shape)
-    desc.type = trt_dtype(t.dtype)
-    desc.format = trt.TensorFormat.LINEAR
-    desc.scale = 1.0
-    return desc
+    return [("BUILD", build), ("RUNTIME", runtime_plugin(name, build, NS))]
 
 
 def enqueue(plugin, ins, outs, stream):

@@ -275,12 +275,12 @@ MATRIX = {
 _GENERATED = set()
 
 
-def generated(name):
-    """Generate the plugin for NS::name once per process (QDP forbids twice)."""
-    if name not in _GENERATED:
-        torch_tensorrt.dynamo.conversion.plugins.generate_plugin(f"{NS}::{name}")
-        _GENERATED.add(name)
-    return getattr(getattr(trtp.op, NS), name)
+def generated(name, ns=NS):
+    """Generate the plugin for ns::name once per process (QDP forbids twice)."""
+    if f"{ns}::{name}" not in _GENERATED:
+        torch_tensorrt.dynamo.conversion.plugins.generate_plugin(f"{ns}::{name}")
+        _GENERATED.add(f"{ns}::{name}")
+    return getattr(getattr(trtp.op, ns), name)
 
 
 def op_of(name):
@@ -349,11 +349,12 @@ def build_plugin(name, qpcr=None):
     return plugin
 
 
-def runtime_plugin(name, build):
+def runtime_plugin(name, build, ns=NS):
     """A RUNTIME-phase plugin from the BUILD plugin's serialized fields."""
-    creator = trt.get_plugin_registry().get_creator(name, "1", NS)
+    creator = trt.get_plugin_registry().get_creator(name, "1", ns)
+    assert creator is not None, f"{ns}::{name} is not in TensorRT's plugin registry"
     return creator.create_plugin(
-        name, NS, build.get_fields_to_serialize(), trt.TensorRTPhase.RUNTIME
+        name, ns, build.get_fields_to_serialize(), trt.TensorRTPhase.RUNTIME
     )
 
 
