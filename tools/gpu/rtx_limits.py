@@ -15,18 +15,12 @@ import tempfile
 import torch
 import torch_tensorrt
 from torch_tensorrt.dynamo.runtime._TorchTensorRTModule import TorchTensorRTModule
+from upstream_bug_repros import report  # run as tools/gpu/rtx_limits.py
 
 
 class Plain(torch.nn.Module):
     def forward(self, x):
         return torch.sin(x + 1) * 2
-
-
-def _line(name, fn):
-    try:
-        print(f"{name}: {fn()}", flush=True)
-    except Exception as e:  # noqa: BLE001 -- the report is the point
-        print(f"{name}: {type(e).__name__}: {str(e).splitlines()[0][:240]}", flush=True)
 
 
 def main():
@@ -61,9 +55,9 @@ def main():
             loaded = torch_tensorrt.load(path).module()
         return f"ok, equal to eager: {torch.allclose(loaded(x), Plain()(x))}"
 
-    _line("TensorRT-RTX engine context, stream capture", capturable)
-    _line("enable_cudagraphs, whole-graph mode, no mutation", whole_graph)
-    _line("torch_tensorrt.save/load (ExportedProgram), Python runtime", save_and_load)
+    report("TensorRT-RTX engine context, stream capture", capturable)
+    report("enable_cudagraphs, whole-graph mode, no mutation", whole_graph)
+    report("torch_tensorrt.save/load (ExportedProgram), Python runtime", save_and_load)
 
 
 if __name__ == "__main__":

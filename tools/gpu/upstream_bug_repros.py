@@ -29,11 +29,12 @@ class MutatedBufferWithTorchOp(torch.nn.Module):  # patch 0015
         return torch.relu(x + self.state)
 
 
-def _run(name, fn):
+def report(name, fn):
+    """One line: ``name: <what fn returns>``, or the exception it raised."""
     try:
-        print(f"{name}: ok, {fn()}", flush=True)
+        print(f"{name}: {fn()}", flush=True)
     except Exception as e:  # noqa: BLE001 -- the report is the point
-        print(f"{name}: {type(e).__name__}: {str(e).splitlines()[0][:200]}", flush=True)
+        print(f"{name}: {type(e).__name__}: {str(e).splitlines()[0][:240]}", flush=True)
 
 
 def main():
@@ -43,7 +44,7 @@ def main():
         ep = torch.export.export(ReturnsNone().cuda(), (x,))
         trt = torch_tensorrt.dynamo.compile(ep, arg_inputs=[x], min_block_size=1)
         out, none = trt(x)
-        return f"outputs equal eager: {torch.equal(out, x * 2) and none is None}"
+        return f"ok, outputs equal eager: {torch.equal(out, x * 2) and none is None}"
 
     def add_in_place():
         d = torch.randn(4, 16).cuda()
@@ -53,7 +54,7 @@ def main():
         )
         y = x.clone()
         trt(y, d)
-        return f"input updated: {torch.allclose(y, x + d)}"
+        return f"ok, input updated: {torch.allclose(y, x + d)}"
 
     def cudagraphs_with_buffer():
         ep = torch.export.export(MutatedBufferWithTorchOp().cuda(), (x,))
@@ -66,11 +67,11 @@ def main():
         eager = MutatedBufferWithTorchOp().cuda()
         with torch_tensorrt.runtime.enable_cudagraphs(trt) as graphed:
             same = [torch.allclose(graphed(x), eager(x)) for _ in range(3)]
-        return f"outputs equal eager over 3 calls: {all(same)}; state advanced: {torch.allclose(trt.state, eager.state)}"
+        return f"ok, outputs equal eager over 3 calls: {all(same)}; state advanced: {torch.allclose(trt.state, eager.state)}"
 
-    _run("return (x * 2, None)", returns_none)
-    _run("x.add_(d), no return", add_in_place)
-    _run("whole-graph CUDA graphs, mutated buffer", cudagraphs_with_buffer)
+    report("return (x * 2, None)", returns_none)
+    report("x.add_(d), no return", add_in_place)
+    report("whole-graph CUDA graphs, mutated buffer", cudagraphs_with_buffer)
 
 
 if __name__ == "__main__":
