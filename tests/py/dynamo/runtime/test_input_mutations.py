@@ -356,6 +356,30 @@ class KvCache(torch.nn.Module):
         return cache.sum()
 
 
+def whole_graph_refused_by_tensorrt_rtx(trt):
+    """Why upstream's whole-graph mode would refuse ``trt`` here, or None.
+
+    On TensorRT-RTX, ``CudaGraphsTorchTensorRTModule`` captures only engines whose
+    execution context reports ``is_stream_capturable``; an RTX engine that does
+    not is refused with or without mutations (tools/gpu/rtx_limits.py shows it
+    on a model without any).
+    """
+    if not ENABLED_FEATURES.tensorrt_rtx:
+        return None
+    stream = torch.cuda.Stream()
+    for name, module in trt.named_modules():
+        check = getattr(
+            getattr(module, "engine", None), "_is_monolithic_capturable", None
+        )
+        if isinstance(module, TorchTensorRTModule) and check and not check(stream):
+            return (
+                f"TensorRT-RTX reports engine '{name}' not stream-capturable on this "
+                "GPU (IExecutionContext.is_stream_capturable), so whole-graph CUDA "
+                "graphs refuse it whatever the model does"
+            )
+    return None
+
+
 @unittest.skipIf(not torch.cuda.is_available(), NO_GPU)
 class TestCudaGraphsOnGpu(TestCase):
     def setUp(self):
@@ -375,8 +399,6 @@ class TestCudaGraphsOnGpu(TestCase):
         )
 
     def test_whole_graph_mode_updates_inputs_and_keeps_state_through_warm_up(self):
-        from test_mutations_on_gpu import whole_graph_refused_by_tensorrt_rtx
-
         with self.subTest(runtime=RUNTIME):
             trt = self._compile()
             refused = whole_graph_refused_by_tensorrt_rtx(trt)

@@ -17,6 +17,7 @@ import unittest
 
 import torch
 import torch_tensorrt
+from test_input_mutations import KvCache, whole_graph_refused_by_tensorrt_rtx
 from torch.testing._internal.common_utils import TestCase, run_tests
 from torch_tensorrt import ENABLED_FEATURES
 from torch_tensorrt.dynamo._SourceIR import SourceIR
@@ -47,14 +48,6 @@ def _(x, factor):
 )
 def _scale(ctx, target, args, kwargs, name):
     return impl.elementwise.mul(ctx, target, SourceIR.ATEN, name, args[0], args[1])
-
-
-class KvCache(torch.nn.Module):
-    """``cache`` is written at one position: TensorRT updates it in place."""
-
-    def forward(self, cache, update):
-        cache[:, :, 3:4, :] = update
-        return cache.sum()
 
 
 class KvCacheBuffer(torch.nn.Module):
@@ -105,30 +98,6 @@ def _compile(module, args, **kwargs):
 
 def _engines(trt):
     return [m for m in trt.modules() if isinstance(m, TorchTensorRTModule)]
-
-
-def whole_graph_refused_by_tensorrt_rtx(trt):
-    """Why upstream's whole-graph mode would refuse ``trt`` here, or None.
-
-    On TensorRT-RTX, ``CudaGraphsTorchTensorRTModule`` captures only engines whose
-    execution context reports ``is_stream_capturable``; an RTX engine that does
-    not is refused with or without mutations (tools/gpu/rtx_limits.py shows it
-    on a model without any).
-    """
-    if not ENABLED_FEATURES.tensorrt_rtx:
-        return None
-    stream = torch.cuda.Stream()
-    for name, module in trt.named_modules():
-        check = getattr(
-            getattr(module, "engine", None), "_is_monolithic_capturable", None
-        )
-        if isinstance(module, TorchTensorRTModule) and check and not check(stream):
-            return (
-                f"TensorRT-RTX reports engine '{name}' not stream-capturable on this "
-                "GPU (IExecutionContext.is_stream_capturable), so whole-graph CUDA "
-                "graphs refuse it whatever the model does"
-            )
-    return None
 
 
 def _kv_args():
