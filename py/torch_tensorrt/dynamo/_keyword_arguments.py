@@ -1,9 +1,11 @@
-"""Validation of the ``**kwargs`` of the Dynamo compile entry points.
+"""Reporting of the ``**kwargs`` that the Dynamo compile entry points ignore.
 
 ``compile`` and ``convert_exported_program_to_serialized_trt_engine`` take
-``**kwargs`` for deprecated option names. Any other unknown keyword used to be
-ignored silently, so a misspelled option, or an option of a newer release
-(e.g. ``alias_map_path``), compiled without it.
+``**kwargs`` for deprecated option names. Any other keyword is ignored: an
+option of an older release (``enabled_precisions``, ``ir``), which existing
+callers still pass and which must keep working, but also a misspelled option
+or one of a newer release (e.g. ``alias_map_path``), which then compiles
+without it. Ignoring stays; doing it silently does not.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import difflib
 import inspect
 import logging
+import warnings
 from dataclasses import fields
 from typing import Any, Callable, Dict
 
@@ -32,49 +35,55 @@ _SETTINGS_READ_FROM_KWARGS = frozenset({"enable_cross_compile_for_windows"})
 # trace reads these
 _TRACE_KEYWORD_ARGUMENTS = frozenset({"strict"})
 
+# A suggestion must be this close (difflib ratio) to be offered: a typo, not
+# a different option that shares a prefix
+_SUGGESTION_CUTOFF = 0.8
 
-def check_keyword_arguments(
+
+def warn_ignored_keyword_arguments(
     function: Callable[..., Any], kwargs: Dict[str, Any]
 ) -> None:
-    """Reject keyword arguments that ``function`` would ignore.
+    """Warn about the keyword arguments that ``function`` ignores.
 
-    Accepted in ``kwargs``: the known deprecated names, options of
-    ``torch_tensorrt.dynamo.trace`` and ``CompilationSettings`` fields; a field
-    that ``function`` does not apply is reported with a warning.
+    Known in ``kwargs``: the deprecated names, options of
+    ``torch_tensorrt.dynamo.trace`` and ``CompilationSettings`` fields. Any
+    other keyword gets a ``UserWarning`` naming the function, the keyword and
+    the accepted names closest to it; a settings field that ``function`` does
+    not apply is logged as a warning.
 
     Args:
         function (Callable): The entry point whose ``**kwargs`` these are
         kwargs (Dict[str, Any]): Its ``**kwargs``
-
-    Raises:
-        TypeError: naming the function, every unknown keyword and the accepted
-            names closest to each
     """
     parameters = set(inspect.signature(function).parameters)
     settings_fields = {f.name for f in fields(CompilationSettings)}
-    accepted = (
+    known = (
         parameters
         | settings_fields
         | _DEPRECATED_KEYWORD_ARGUMENTS
         | _TRACE_KEYWORD_ARGUMENTS
     )
     qualified_name = f"torch_tensorrt.dynamo.{function.__name__}"
-    unknown = [key for key in kwargs if key not in accepted]
+    unknown = [key for key in kwargs if key not in known]
     if unknown:
         candidates = sorted(
             (parameters - {"kwargs"}) | settings_fields | _DEPRECATED_KEYWORD_ARGUMENTS
         )
         described = []
         for key in unknown:
-            close = difflib.get_close_matches(key, candidates, n=3)
+            close = difflib.get_close_matches(
+                key, candidates, n=3, cutoff=_SUGGESTION_CUTOFF
+            )
             hint = (
                 f" (did you mean {', '.join(repr(c) for c in close)}?)" if close else ""
             )
             described.append(f"{key!r}{hint}")
         plural = "s" if len(unknown) > 1 else ""
-        raise TypeError(
-            f"{qualified_name}() got unexpected keyword argument{plural} "
-            f"{', '.join(described)}"
+        warnings.warn(
+            f"{qualified_name}() ignores the unknown keyword argument{plural} "
+            f"{', '.join(described)}: compiling without {'them' if plural else 'it'}",
+            UserWarning,
+            stacklevel=3,
         )
     ignored = sorted(
         key

@@ -1,15 +1,19 @@
-"""Unknown keyword arguments of the Dynamo compile entry points are errors.
+"""Keyword arguments that the Dynamo compile entry points ignore are reported.
 
 ``torch_tensorrt.dynamo.compile`` and
 ``convert_exported_program_to_serialized_trt_engine`` take ``**kwargs`` for
-deprecated option names; any other unknown keyword used to be ignored, so a
-misspelled option (or ``alias_map_path`` on a build without it) compiled
-silently without it. Deprecated names keep working with their warnings.
+deprecated option names and ignore every other keyword. Options of older
+releases (``enabled_precisions``, ``ir``) must keep working, as upstream's own
+tests pass them; a misspelled option (or ``alias_map_path`` where it does not
+exist) compiled silently without it. Each now gets a ``UserWarning`` naming the
+function, the keyword and the closest accepted names. Deprecated names keep
+working with their warnings.
 
 ``compile(dryrun=True)`` needs no GPU; the serialized-engine path builds an
 engine, which on a host without a GPU needs TensorRT-RTX.
 """
 
+import os
 import unittest
 import warnings
 
@@ -52,47 +56,77 @@ def _deprecation_messages(caught):
     return [str(w.message) for w in caught if w.category is DeprecationWarning]
 
 
+def _user_warnings(caught):
+    return [str(w.message) for w in caught if w.category is UserWarning]
+
+
 class TestUnknownKeywordArguments(TestCase):
-    def test_compile_rejects_an_option_it_does_not_have(self):
+    def test_compile_reports_an_option_it_does_not_have(self):
         # alias_map_path is an option of the serialized-engine path only
-        with self.assertRaisesRegex(
-            TypeError,
-            r"torch_tensorrt\.dynamo\.compile\(\) got unexpected keyword argument "
-            r"'alias_map_path'",
+        with self.assertWarnsRegex(
+            UserWarning,
+            r"torch_tensorrt\.dynamo\.compile\(\) ignores the unknown keyword "
+            r"argument 'alias_map_path': compiling without it",
         ):
             _dryrun(alias_map_path="model.aliases.json")
 
-    def test_compile_suggests_close_matches(self):
-        with self.assertRaisesRegex(
-            TypeError, r"'min_blok_size' \(did you mean 'min_block_size'"
+    def test_compile_suggests_close_matches_and_still_compiles(self):
+        with self.assertWarnsRegex(
+            UserWarning, r"'min_blok_size' \(did you mean 'min_block_size'"
         ):
-            _dryrun(min_blok_size=3)
+            compiled = _dryrun(min_blok_size=3)
+        self.assertIsInstance(compiled, torch.fx.GraphModule)
 
-    def test_compile_lists_every_unknown_keyword(self):
-        with self.assertRaises(TypeError) as caught:
+    def test_compile_lists_every_unknown_keyword_in_one_warning(self):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
             _dryrun(require_ful_compilation=True, frobnicate=1)
-        message = str(caught.exception)
-        self.assertIn("unexpected keyword arguments", message)
-        self.assertIn("'require_ful_compilation' (did you mean", message)
-        self.assertIn("'require_full_compilation'", message)
-        self.assertIn("'frobnicate'", message)
+        messages = [m for m in _user_warnings(caught) if "unknown keyword" in m]
+        self.assertEqual(len(messages), 1, messages)
+        self.assertIn("unknown keyword arguments", messages[0])
+        self.assertIn("'require_ful_compilation' (did you mean", messages[0])
+        self.assertIn("'require_full_compilation'", messages[0])
+        self.assertIn("'frobnicate': compiling without them", messages[0])
 
-    def test_serialized_engine_rejects_a_misspelled_option_before_building(self):
-        with self.assertRaisesRegex(
-            TypeError,
-            r"convert_exported_program_to_serialized_trt_engine\(\) got unexpected "
-            r"keyword argument 'lift_mutable_bufers' \(did you mean "
+    def test_options_of_older_releases_keep_compiling(self):
+        # upstream's own tests still pass both; unpatched 2.14.0 ignores them
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            compiled = _dryrun(enabled_precisions={torch.float32}, ir="dynamo")
+        self.assertIsInstance(compiled, torch.fx.GraphModule)
+        messages = [m for m in _user_warnings(caught) if "unknown keyword" in m]
+        self.assertEqual(len(messages), 1, messages)
+        self.assertIn("'enabled_precisions', 'ir'", messages[0])
+        # no far-fetched suggestion for a removed option
+        self.assertNotIn("did you mean", messages[0])
+
+    def test_the_warning_points_at_the_caller(self):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            _dryrun(frobnicate=1)
+        (warning,) = [w for w in caught if "frobnicate" in str(w.message)]
+        # _dryrun, in this file, called compile()
+        self.assertEqual(os.path.basename(warning.filename), os.path.basename(__file__))
+
+    @unittest.skipIf(not CAN_BUILD, NEEDS_BUILDER)
+    def test_serialized_engine_reports_a_misspelled_option(self):
+        with self.assertWarnsRegex(
+            UserWarning,
+            r"convert_exported_program_to_serialized_trt_engine\(\) ignores the "
+            r"unknown keyword argument 'lift_mutable_bufers' \(did you mean "
             r"'lift_mutable_buffers'",
         ):
-            _serialize(lift_mutable_bufers=True)
+            engine = _serialize(lift_mutable_bufers=True)
+        self.assertIsInstance(engine, bytes)
 
-    def test_serialized_engine_rejects_alias_map_pth(self):
-        with self.assertRaisesRegex(TypeError, r"did you mean 'alias_map_path'"):
+    @unittest.skipIf(not CAN_BUILD, NEEDS_BUILDER)
+    def test_serialized_engine_reports_alias_map_pth(self):
+        with self.assertWarnsRegex(UserWarning, r"did you mean 'alias_map_path'"):
             _serialize(alias_map_pth="model.aliases.json")
 
     def test_through_torch_tensorrt_compile(self):
         ep, inputs = _export()
-        with self.assertRaisesRegex(TypeError, r"'min_blok_size'"):
+        with self.assertWarnsRegex(UserWarning, r"'min_blok_size'"):
             torch_tensorrt.compile(
                 ep, ir="dynamo", inputs=inputs, dryrun=True, min_blok_size=1
             )
@@ -131,20 +165,27 @@ class TestAcceptedKeywordArguments(TestCase):
         with self.assertRaisesRegex(ValueError, r"cross_compile_for_windows"):
             _dryrun(enable_cross_compile_for_windows=True)
 
-    def test_compile_rejects_the_serialized_engine_only_lift_option(self):
+    def test_compile_reports_the_serialized_engine_only_lift_option(self):
         # compile() always lifts mutated buffers; the option belongs to
         # convert_exported_program_to_serialized_trt_engine
-        with self.assertRaisesRegex(
-            TypeError,
-            r"torch_tensorrt.dynamo.compile\(\) got unexpected keyword argument "
-            r"'lift_mutable_buffers'",
+        with self.assertWarnsRegex(
+            UserWarning,
+            r"torch_tensorrt.dynamo.compile\(\) ignores the unknown keyword "
+            r"argument 'lift_mutable_buffers'",
         ):
             _dryrun(lift_mutable_buffers=True)
 
     def test_strict_from_torch_tensorrt_compile_is_accepted(self):
         # torch_tensorrt.compile(ir="dynamo") passes its kwargs to trace and compile
         ep, inputs = _export()
-        torch_tensorrt.compile(ep, ir="dynamo", inputs=inputs, dryrun=True, strict=True)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            torch_tensorrt.compile(
+                ep, ir="dynamo", inputs=inputs, dryrun=True, strict=True
+            )
+        self.assertEqual(
+            [m for m in _user_warnings(caught) if "unknown keyword" in m], []
+        )
 
     @unittest.skipIf(not CAN_BUILD, NEEDS_BUILDER)
     def test_serialized_engine_with_deprecated_option(self):
