@@ -164,17 +164,24 @@ def expose_write_backs(
         result.append(output_for(input_name, value))
     for node in write_backs:
         target, value = node.args[0], node.args[1]
-        if not isinstance(target, torch.fx.Node) or target.op != "placeholder":
-            what = (
-                f"buffer '{target.target}'"
-                if isinstance(target, torch.fx.Node) and target.op == "get_attr"
-                else f"'{target}'"
+        if isinstance(target, torch.fx.Node) and target.op == "get_attr":
+            # lift_mutable_buffers=False: the buffer is a constant of the engine,
+            # as it always was; only its value within a run reflects the write
+            logger.warning(
+                f"Buffer '{target.target}' is written by the graph "
+                f"({node.format_node()}) but is not an engine input: the engine "
+                "holds it as a constant, uses its new value within a run and does "
+                "not keep it between runs. Pass lift_mutable_buffers=True to make "
+                "mutated buffers engine inputs updated by every run."
             )
+            node.replace_all_uses_with(target)
+            gm.graph.erase_node(node)
+            continue
+        if not isinstance(target, torch.fx.Node) or target.op != "placeholder":
             raise RuntimeError(
-                f"The graph writes a new value into {what} ({node.format_node()}), "
+                f"The graph writes a new value into '{target}' ({node.format_node()}), "
                 "which is not an input of the engine: a serialized engine cannot "
-                "express that mutation. Pass lift_mutable_buffers=True to make mutated "
-                "buffers engine inputs."
+                "express that mutation."
             )
         result.append(output_for(name_of_input[target], value))
         node.replace_all_uses_with(target)

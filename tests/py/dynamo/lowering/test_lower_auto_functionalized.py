@@ -834,11 +834,23 @@ class TestSerializedEngineOnCpu(TestCase):
         )
         self.assertIn(b"x_new", engine)
 
-    def test_unlifted_buffer_mutation_is_an_error_not_a_silent_drop(self):
-        with self.assertRaisesRegex(
-            RuntimeError, r"buffer 'state'.*lift_mutable_buffers=True"
-        ):
-            self._build(MutateBuffer(), _inputs(1), min_block_size=1)
+    def test_unlifted_buffer_mutation_is_a_constant_with_a_warning(self):
+        # lift_mutable_buffers=False keeps 2.14.0's engine (the buffer folded in,
+        # upstream's test_flag_off_no_buffer_bindings) and says what it costs
+        with self.assertLogs(
+            "torch_tensorrt.dynamo.lowering._mutation_write_backs", level="WARNING"
+        ) as logs:
+            engine, gm, _ = self._build(MutateBuffer(), _inputs(1), min_block_size=1)
+        self.assertRegex(
+            "\n".join(logs.output),
+            r"Buffer 'state' is written by the graph .* not an engine input: the "
+            r"engine holds it as a constant.* lift_mutable_buffers=True",
+        )
+        self.assertEqual(
+            [n.name for n in gm.graph.nodes if n.op == "placeholder"], ["x"]
+        )
+        self.assertEqual(gm.meta["_output_binding_names"], ["output0"])
+        self.assertNotIn(b"state_new", engine)
 
     def test_op_without_converter_is_reported(self):
         from torch_tensorrt.dynamo.conversion._TRTInterpreter import (
