@@ -74,8 +74,12 @@ def main():
                 expected[:, :, 3:4, :] = update.to(expected.device)
                 print(
                     f"{name} standard-first={first_standard}: ok,",
-                    "out", float(out), "expected", float(expected.sum()),
-                    "cache updated", bool(torch.equal(cache, expected)),
+                    "out",
+                    float(out),
+                    "expected",
+                    float(expected.sum()),
+                    "cache updated",
+                    bool(torch.equal(cache, expected)),
                 )
             except Exception as error:
                 print(f"{name} standard-first={first_standard}: {error!r}")

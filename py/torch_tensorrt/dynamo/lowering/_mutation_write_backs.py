@@ -46,14 +46,15 @@ ALIAS_MAP_VERSION = 2
 class WriteBack:
     """Engine output ``output_name`` holds the new value of input ``input_name``.
 
-    ``update`` is ``"in_place"`` when a plugin layer of the engine writes the
-    input in place (it is recorded in the engine's ``aliased_io`` with kind
-    ``user``, see :func:`network_in_place_updates`): the caller binds the output
-    to the input's address. ``binding`` then says how the plugin does it
-    (``in_place_plugin_binding``): ``"declared_alias"`` (TensorRT knows the
-    output aliases the input) or ``"same_address"`` (it does not, and the
-    output's memory must be the input's: bound elsewhere, the output holds only
-    what the plugin changed). Otherwise ``"copy"``: the caller copies the output
+    ``update`` is ``"in_place"`` when a layer of the engine writes the input in
+    place (it is recorded in the engine's ``aliased_io``, see
+    :func:`network_in_place_updates`): the caller binds the output to the
+    input's address. ``binding`` then says who makes the alias: ``"engine"``
+    (TensorRT's own ``IKVCacheUpdateLayer``; the engine reports and enforces
+    it), or a plugin by ``in_place_plugin_binding``: ``"declared_alias"``
+    (TensorRT knows the output aliases the input) or ``"same_address"`` (it does
+    not, and the output's memory must be the input's: bound elsewhere, the
+    output holds only what the plugin changed). Otherwise ``"copy"``: the caller copies the output
     into the input after each run. :func:`expose_write_backs` predicts
     ``in_place`` from the FX graph (a converter declaring
     ``requires_aliased_plugin_io``); only the built network proves it.
@@ -217,17 +218,20 @@ def network_in_place_updates(
     the input is a network input it alone reads, and the output carries the
     input's final value. A write-back predicted ``in_place`` that the network
     does not prove (e.g. a converter declaring ``requires_aliased_plugin_io``
-    that emitted ordinary layers) is copied back, with a warning.
+    that emitted ordinary layers) is copied back, with a warning. An alias
+    TensorRT makes itself (``IKVCacheUpdateLayer``, any kind but ``user``) is
+    ``in_place`` with ``binding`` ``"engine"``, also for a state that has no
+    write-back (a lifted buffer predicted to be a KV cache).
     """
     result = []
     for w in write_backs:
         alias = aliased_io.get(w.output_name)
         # kind "user" is the plugin converter's record; any other kind is an
-        # alias TensorRT reports itself: either way the output is bound in place
+        # alias TensorRT makes and reports itself (IKVCacheUpdateLayer): either
+        # way the output is bound in place
         if alias is not None and alias[0] == w.input_name:
-            result.append(
-                replace(w, update="in_place", binding=in_place_plugin_binding)
-            )
+            binding = in_place_plugin_binding if alias[1] == "user" else "engine"
+            result.append(replace(w, update="in_place", binding=binding))
             continue
         if w.update == "in_place":
             logger.warning(
@@ -238,6 +242,12 @@ def network_in_place_updates(
                 f"from '{w.output_name}' instead."
             )
         result.append(replace(w, update="copy", binding=None))
+    # A state TensorRT writes in place with no write-back to carry (a lifted
+    # buffer predicted to be a KV cache has none): its alias is the engine's own
+    covered = {w.output_name for w in result} | {w.input_name for w in result}
+    for output_name, (input_name, kind) in aliased_io.items():
+        if kind != "user" and not {output_name, input_name} & covered:
+            result.append(WriteBack(input_name, output_name, "in_place", "engine"))
     return result
 
 
@@ -248,9 +258,13 @@ def alias_map(write_backs: Sequence[WriteBack]) -> Dict[str, Any]:
     (they must not be bound to the same memory: the engine may still read the
     input while it writes the output). ``"update": "in_place"``: bind the output
     to the input's address; the engine writes the input's memory itself.
-    ``"binding"`` (``in_place`` only): ``"declared_alias"``, TensorRT knows the
-    output aliases the input; ``"same_address"``, it does not, and binding the
-    output anywhere else leaves the input unchanged and the output undefined
+    ``"binding"`` (``in_place`` only): ``"engine"``, a layer of TensorRT's own
+    (``IKVCacheUpdateLayer``) writes the input in place; the engine reports the
+    alias itself (``ICudaEngine::getAliasedInputTensor(output) == input``, so a
+    caller can find it without this map) and TensorRT refuses to run with the
+    output bound elsewhere; ``"declared_alias"``, a plugin declares the output
+    aliases the input; ``"same_address"``, TensorRT does not know, and binding
+    the output anywhere else leaves the input unchanged and the output undefined
     except where the plugin wrote (:func:`check_in_place_bindings`).
     """
     entries = []
@@ -297,7 +311,11 @@ def check_in_place_bindings(
                     "; bound elsewhere the input is not updated and the output "
                     "holds only the rows the plugin wrote"
                     if binding == "same_address"
-                    else ""
+                    else (
+                        "; TensorRT refuses to run the engine bound this way"
+                        if binding == "engine"
+                        else ""
+                    )
                 )
             )
 

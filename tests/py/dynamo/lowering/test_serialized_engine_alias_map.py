@@ -22,6 +22,55 @@ from test_lower_auto_functionalized import (
 from torch.testing._internal.common_utils import TestCase, run_tests
 
 
+class KvWrite(torch.nn.Module):
+    """Positions 5..6 of axis 2 of a 4-D cache: ``IKVCacheUpdateLayer`` takes it."""
+
+    def forward(self, cache, update):
+        cache[:, :, 5:7, :] = update
+        return update * 2
+
+
+class KvWriteBuffer(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("cache", torch.zeros(2, 4, 16, 8))
+
+    def forward(self, update):
+        self.cache[:, :, 5:7, :] = update
+        return self.cache.sum(dim=2)
+
+
+class SlabWrite3d(torch.nn.Module):
+    """The same write on a 3-D state: ordinary layers, copied back."""
+
+    def forward(self, cache, update):
+        cache[:, 5:7, :] = update
+        return update * 2
+
+
+def _kv_args(batch=2):
+    return torch.zeros(batch, 4, 16, 8), torch.randn(batch, 4, 2, 8)
+
+
+def _alias_map(module, args, **kwargs):
+    import json
+    import tempfile
+
+    ep = torch.export.export(module, tuple(a.clone() for a in args))
+    with tempfile.TemporaryDirectory() as tmp:
+        engine = (
+            torch_tensorrt.dynamo.convert_exported_program_to_serialized_trt_engine(
+                ep,
+                arg_inputs=list(args),
+                min_block_size=1,
+                alias_map_path=f"{tmp}/aliases.json",
+                **kwargs,
+            )
+        )
+        with open(f"{tmp}/aliases.json") as f:
+            return engine, json.load(f)["aliases"]
+
+
 @unittest.skipIf(not CPU_BUILDER, NEEDS_CPU_BUILDER)
 class TestAliasMapOnCpu(TestCase):
     def test_alias_map_names_every_write_back(self):
@@ -77,11 +126,72 @@ class TestAliasMapOnCpu(TestCase):
                 )
 
 
+@unittest.skipIf(not CPU_BUILDER, NEEDS_CPU_BUILDER)
+class TestEngineAliasesInTheMap(TestCase):
+    """An alias TensorRT makes itself (``IKVCacheUpdateLayer``): ``binding: engine``."""
+
+    def test_a_kv_write_to_an_input_is_in_place_bound_by_the_engine(self):
+        _, aliases = _alias_map(KvWrite(), _kv_args())
+        self.assertEqual(
+            aliases,
+            [
+                {
+                    "output": "cache_new",
+                    "input": "cache",
+                    "update": "in_place",
+                    "binding": "engine",
+                }
+            ],
+        )
+
+    def test_a_kv_write_to_a_lifted_buffer_is_in_place_bound_by_the_engine(self):
+        _, aliases = _alias_map(
+            KvWriteBuffer(), (torch.randn(2, 4, 2, 8),), lift_mutable_buffers=True
+        )
+        self.assertEqual(
+            [(a["input"], a["update"], a.get("binding")) for a in aliases],
+            [("buf_cache", "in_place", "engine")],
+        )
+
+    def test_a_form_the_layer_does_not_take_is_copied(self):
+        cache, update = _kv_args(batch=1)
+        _, aliases = _alias_map(SlabWrite3d(), (cache[0], update[0]))
+        self.assertEqual(
+            aliases, [{"output": "cache_new", "input": "cache", "update": "copy"}]
+        )
+
+
 @unittest.skipIf(
     not torch.cuda.is_available(),
     "Running TensorRT engines needs a CUDA device; this host has none.",
 )
 class TestAliasMapOnGpu(TestCase):
+    def test_engine_binding_is_reported_by_the_engine_and_runs_in_place(self):
+        """As a C++ caller: the alias is found in the engine itself, the state
+        is bound once and advances over several runs with no copy."""
+        import tensorrt as trt
+
+        cache, update = (t.cuda() for t in _kv_args())
+        engine_bytes, aliases = _alias_map(KvWrite().cuda(), (cache, update))
+        (alias,) = aliases
+        self.assertEqual(alias["binding"], "engine")
+        engine = trt.Runtime(trt.Logger()).deserialize_cuda_engine(engine_bytes)
+        self.assertEqual(engine.get_aliased_input_tensor("cache_new"), "cache")
+        context = engine.create_execution_context()
+        output0 = torch.empty(tuple(engine.get_tensor_shape("output0")), device="cuda")
+        eager_cache = cache.clone()
+        for n, t in {"cache": cache, "cache_new": cache, "output0": output0}.items():
+            context.set_tensor_address(n, t.data_ptr())
+        for step in range(3):
+            update = torch.randn(2, 4, 2, 8, device="cuda") + step
+            context.set_tensor_address("update", update.data_ptr())
+            stream = torch.cuda.current_stream()
+            self.assertTrue(context.execute_async_v3(stream.cuda_stream))
+            stream.synchronize()
+            expected = KvWrite()(eager_cache, update)
+            self.assertEqual(output0, expected, msg=f"step {step}")
+            self.assertEqual(cache, eager_cache, msg=f"step {step}")
+
     def test_standalone_engine_with_the_alias_map(self):
         """A raw TensorRT caller (as from C++) applies the map: state advances like eager."""
         import json

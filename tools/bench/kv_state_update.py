@@ -1,0 +1,340 @@
+"""A large state updated in place by TensorRT's own aliased output. Needs a GPU.
+
+    python tools/bench/kv_state_update.py [--sizes-mib 16 64 256 1024 4096] \\
+        [--steps 50] [--ways ...] [--json kv_state_update.json]
+
+The state is an fp32 cache ``[1, 8, S, 128]``; each step writes ``n = S // 1000``
+positions of it (0.1%, at least one) at a fixed position, the model
+``cache[:, :, p:p+n, :] = update``. Every way but ``torch`` is compiled through
+the patch set (``convert_exported_program_to_serialized_trt_engine`` for the
+engine-only ways, ``torch_tensorrt.dynamo.compile`` for the module ways), works
+with TensorRT-RTX and the standard flavour, and needs no plugin:
+
+- **torch**: PyTorch's own in-place copy into the slice (the bound);
+- **in_place_engine**: the engine of the 4-D model; TensorRT writes the
+  update with ``IKVCacheUpdateLayer``, whose output is the state's own memory
+  (the alias map says ``in_place``, ``binding: engine``, and the engine reports
+  it: ``get_aliased_input_tensor``); bound as the alias map says, no copy;
+- **in_place_module**: the compiled module of the same model, called as a user
+  would (``module(cache, update)``);
+- **copy_back_engine**: the same update on the same memory seen as 3-D
+  (``[8, S, 128]``, a form the layer does not take): ordinary layers write a
+  whole new state to ``cache_new`` and the caller copies it back (alias map:
+  ``copy``);
+- **copy_back_module**: its compiled module (the copy back runs in PyTorch);
+- **same_address_engine**: the copy-back engine with ``cache_new`` bound to the
+  state's own memory (what a caller can do without TensorRT's aliasing:
+  TensorRT still writes every element).
+
+Each way is first checked against PyTorch on a fresh state, then timed with
+CUDA events on a stream of its own (median per step). Prints a table, which
+ways are flat in the state size, and the targets at 1 GiB: ``in_place_engine``
+within 2x of ``torch``, and at least 50x faster than ``copy_back_engine``.
+``--json`` writes all of it. Without a CUDA device it says so in one sentence
+and exits 2. The parts that need no GPU (arguments, shapes, table, verdicts)
+are tested on the CPU (``tests/patchset/test_bench_kv_state_update.py``).
+"""
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+import torch
+
+HEADS, HEAD_DIM = 8, 128
+FRACTION = 1000  # 1 / fraction of the state written per step (0.1%)
+WAYS = (
+    "torch",
+    "in_place_engine",
+    "in_place_module",
+    "copy_back_engine",
+    "copy_back_module",
+    "same_address_engine",
+)
+ENGINE_WAYS = ("in_place_engine", "copy_back_engine", "same_address_engine")
+TARGET_MIB = 1024
+TARGET_VS_TORCH = 2.0  # in place within 2x of PyTorch's own in-place kernel
+TARGET_VS_COPY_BACK = 50.0  # and at least 50x faster than copy-back
+FLAT = 2.0  # flat: at most 2x slower on the largest state than on the smallest
+
+
+def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument(
+        "--sizes-mib", type=int, nargs="+", default=[16, 64, 256, 1024, 4096]
+    )
+    parser.add_argument("--steps", type=int, default=50)
+    parser.add_argument(
+        "--ways",
+        nargs="+",
+        choices=WAYS,
+        default=list(WAYS),
+        help="which ways to time (default: all)",
+    )
+    parser.add_argument("--json", metavar="PATH", help="write the results as JSON")
+    args = parser.parse_args(argv)
+    if args.steps < 1 or min(args.sizes_mib) < 1:
+        parser.error("--steps and --sizes-mib must be positive")
+    return args
+
+
+def shapes_of(mib: int) -> Tuple[Tuple[int, int, int, int], int, int]:
+    """(state shape, write position, positions written per step) for ``mib`` MiB."""
+    positions = mib * 1024 * 1024 // (HEADS * HEAD_DIM * 4)
+    if positions < 2:
+        raise ValueError(f"A {mib} MiB state has fewer than two positions")
+    written = max(1, positions // FRACTION)
+    return (1, HEADS, positions, HEAD_DIM), positions // 2, written
+
+
+def header(ways: Sequence[str]) -> str:
+    return " | ".join(["state MiB"] + [f"{w:>19}" for w in ways])
+
+
+def format_row(mib: int, times_ms: Mapping[str, float], ways: Sequence[str]) -> str:
+    cells = [f"{mib:9d}"]
+    for w in ways:
+        t = times_ms.get(w)
+        cells.append(f"{'-':>19}" if t is None else f"{t * 1000:16.1f} us")
+    return " | ".join(cells)
+
+
+def verdicts(results: Mapping[int, Mapping[str, float]]) -> Dict[str, Any]:
+    """Which ways are flat in the state size, and the targets at TARGET_MIB.
+
+    ``results`` maps state MiB -> way -> median step ms.
+    """
+    sizes = sorted(results)
+    flat = {}
+    if len(sizes) > 1:
+        for way in WAYS:
+            small, large = results[sizes[0]].get(way), results[sizes[-1]].get(way)
+            if small and large:
+                flat[way] = large / small <= FLAT
+    out: Dict[str, Any] = {"flat": flat, "targets": None}
+    at = results.get(TARGET_MIB, {})
+    if all(at.get(w) for w in ("torch", "in_place_engine", "copy_back_engine")):
+        vs_torch = at["in_place_engine"] / at["torch"]
+        vs_copy = at["copy_back_engine"] / at["in_place_engine"]
+        out["targets"] = {
+            "state_mib": TARGET_MIB,
+            "vs_torch": vs_torch,
+            "vs_torch_met": vs_torch <= TARGET_VS_TORCH,
+            "speedup_vs_copy_back": vs_copy,
+            "speedup_met": vs_copy >= TARGET_VS_COPY_BACK,
+        }
+    return out
+
+
+def describe(verdict: Mapping[str, Any]) -> List[str]:
+    """The verdicts as sentences."""
+    lines = []
+    flat = verdict["flat"]
+    if flat:
+        lines.append(
+            f"flat in the state size (largest <= {FLAT:g}x smallest): "
+            f"{', '.join(w for w in flat if flat[w]) or 'none'}"
+        )
+        lines.append(
+            f"grows with the state: {', '.join(w for w in flat if not flat[w]) or 'none'}"
+        )
+    t = verdict["targets"]
+    if t is None:
+        lines.append(
+            "targets: not evaluated (needs torch, in_place_engine and "
+            f"copy_back_engine at {TARGET_MIB} MiB)"
+        )
+    else:
+        lines.append(
+            f"target at {t['state_mib']} MiB: in_place_engine is {t['vs_torch']:.2f}x "
+            f"PyTorch's in-place copy (target <= {TARGET_VS_TORCH:g}x): "
+            f"{'met' if t['vs_torch_met'] else 'MISSED'}; "
+            f"{t['speedup_vs_copy_back']:.0f}x faster than copy_back_engine (target "
+            f">= {TARGET_VS_COPY_BACK:g}x): {'met' if t['speedup_met'] else 'MISSED'}"
+        )
+    return lines
+
+
+def missing_requirement() -> Optional[str]:
+    """Why the benchmark cannot run here, in one sentence, or None."""
+    if not torch.cuda.is_available():
+        return "The benchmark times engines on a GPU; this host has no CUDA device."
+    return None
+
+
+class Write4d(torch.nn.Module):
+    """The update ``IKVCacheUpdateLayer`` takes: positions of axis 2 of a 4-D cache."""
+
+    def __init__(self, position: int) -> None:
+        super().__init__()
+        self.position = position
+
+    def forward(self, cache, update):  # type: ignore[no-untyped-def]
+        n = update.shape[2]
+        cache[:, :, self.position : self.position + n, :] = update
+        return update * 2
+
+
+class Write3d(Write4d):
+    """The same write on the same memory seen as 3-D: ordinary layers."""
+
+    def forward(self, cache, update):  # type: ignore[no-untyped-def]
+        n = update.shape[1]
+        cache[:, self.position : self.position + n, :] = update
+        return update * 2
+
+
+def _engine(module: torch.nn.Module, args: Sequence[torch.Tensor]) -> Tuple[Any, Any]:
+    """The serialized engine of ``module`` and its alias map entries."""
+    import torch_tensorrt
+
+    ep = torch.export.export(module, tuple(args))
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "aliases.json")
+        engine = (
+            torch_tensorrt.dynamo.convert_exported_program_to_serialized_trt_engine(
+                ep,
+                arg_inputs=list(args),
+                min_block_size=1,
+                require_full_compilation=True,
+                alias_map_path=path,
+            )
+        )
+        with open(path) as f:
+            aliases = json.load(f)["aliases"]
+    return engine, aliases
+
+
+def _timed(run: Callable[[], Any], stream: torch.cuda.Stream, steps: int) -> float:
+    times = []
+    with torch.cuda.stream(stream):
+        run()  # warm-up
+        for _ in range(steps):
+            start, end = torch.cuda.Event(True), torch.cuda.Event(True)
+            start.record(stream)
+            run()
+            end.record(stream)
+            end.synchronize()
+            times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def _runner(
+    way: str, cache: torch.Tensor, update: torch.Tensor, position: int
+) -> Tuple[Callable[[], Any], Dict[str, Any]]:
+    """A callable doing one step of ``way`` on ``cache``, and facts about it."""
+    import torch_tensorrt
+
+    three_d = way.startswith(("copy_back", "same_address"))
+    state = cache.view(cache.shape[1:]) if three_d else cache
+    new = update.view(update.shape[1:]) if three_d else update
+    module = (Write3d if three_d else Write4d)(position)
+    if way == "torch":
+        return (
+            lambda: cache[:, :, position : position + update.shape[2], :].copy_(update)
+        ), {}
+    if way.endswith("_module"):
+        ep = torch.export.export(module, (state, new))
+        compiled = torch_tensorrt.dynamo.compile(
+            ep, arg_inputs=[state, new], min_block_size=1
+        )
+        return (lambda: compiled(state, new)), {}
+
+    from torch_tensorrt.dynamo.lowering._mutation_write_backs import (
+        check_in_place_bindings,
+    )
+
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from state_update import _trt, bind_addresses, bind_buffers
+
+    trt = _trt()
+    engine_bytes, aliases = _engine(module, (state, new))
+    facts: Dict[str, Any] = {"alias_map": aliases}
+    if way == "same_address_engine":
+        aliases = [dict(a, update="in_place") for a in aliases]
+    engine = trt.Runtime(trt.Logger()).deserialize_cuda_engine(engine_bytes)
+    facts["engine_aliases"] = {
+        a["output"]: engine.get_aliased_input_tensor(a["output"]) for a in aliases
+    }
+    context = engine.create_execution_context()
+    buffers, copies = bind_buffers(engine, {"cache": state, "update": new}, aliases)
+    check_in_place_bindings(aliases, {n: t.data_ptr() for n, t in buffers.items()})
+    bind_addresses(context, buffers)
+
+    def run() -> None:
+        stream = torch.cuda.current_stream()
+        if not context.execute_async_v3(stream.cuda_stream):
+            raise RuntimeError(f"{way}: execute_async_v3 failed")
+        for dst, src in copies:
+            dst.copy_(src)
+
+    return run, facts
+
+
+def check_and_time(way: str, mib: int, steps: int) -> Tuple[float, Dict[str, Any]]:
+    """Median ms per step of ``way`` on a state of ``mib`` MiB, after checking it."""
+    shape, position, n = shapes_of(mib)
+    cache = torch.randn(shape, device="cuda")
+    update = torch.randn(shape[0], shape[1], n, shape[3], device="cuda")
+    expected = cache.clone()
+    expected[:, :, position : position + n, :] = update
+    run, facts = _runner(way, cache, update, position)
+    address = cache.data_ptr()
+    run()
+    torch.cuda.synchronize()
+    facts["correct"] = bool(torch.equal(cache, expected))
+    facts["same_address"] = cache.data_ptr() == address
+    if not facts["correct"] and way != "same_address_engine":
+        raise RuntimeError(f"{way} at {mib} MiB: the state differs from PyTorch's")
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    return _timed(run, stream, steps), facts
+
+
+def main(argv: Optional[Sequence[str]] = None) -> None:
+    args = parse_args(argv)
+    reason = missing_requirement()
+    if reason:
+        print(reason, file=sys.stderr)
+        raise SystemExit(2)
+    import torch_tensorrt
+
+    print(header(args.ways))
+    results: Dict[int, Dict[str, float]] = {}
+    facts: Dict[int, Dict[str, Any]] = {}
+    for mib in args.sizes_mib:
+        results[mib], facts[mib] = {}, {}
+        for way in args.ways:
+            results[mib][way], facts[mib][way] = check_and_time(way, mib, args.steps)
+            torch.cuda.empty_cache()
+        print(format_row(mib, results[mib], args.ways), flush=True)
+    verdict = verdicts(results)
+    for line in describe(verdict):
+        print(line)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(
+                {
+                    "device": torch.cuda.get_device_name(),
+                    "torch_tensorrt": torch_tensorrt.__version__,
+                    "torch": torch.__version__,
+                    "steps": args.steps,
+                    "state": f"fp32 [1, {HEADS}, S, {HEAD_DIM}]",
+                    "fraction_written": 1 / FRACTION,
+                    "median_ms": {str(m): r for m, r in results.items()},
+                    "facts": {str(m): f for m, f in facts.items()},
+                    **verdict,
+                },
+                f,
+                indent=2,
+                default=str,
+            )
+            f.write("\n")
+
+
+if __name__ == "__main__":
+    main()
