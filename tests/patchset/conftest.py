@@ -13,3 +13,15 @@ TOOLS = os.path.join(
 )
 if TOOLS not in sys.path:
     sys.path.insert(0, TOOLS)
+
+
+import pytest  # noqa: E402
+
+CALLER = ("Test Caller", "caller@example.org")
+
+
+@pytest.fixture(autouse=True)
+def caller_identity(monkeypatch):
+    """The git identity of whoever exports: a fresh CI machine has none configured."""
+    monkeypatch.setenv("GIT_AUTHOR_NAME", CALLER[0])
+    monkeypatch.setenv("GIT_AUTHOR_EMAIL", CALLER[1])

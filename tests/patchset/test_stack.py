@@ -133,7 +133,7 @@ def test_a_fake_stack(fake):
         ),
         (
             lambda r: (r / "patches" / "stack").write_text("py/x.py\n[one] A\n"),
-            r"stack:1: file 'py/x.py' before the first \[piece\]",
+            r"stack:1: 'py/x.py' before the first \[piece\]",
         ),
     ],
 )
@@ -318,7 +318,7 @@ def test_export_stack_makes_one_branch_per_piece_on_the_one_before(stacked):
         "docs: list the new plugin pages and examples",
     ]
     message = git(repo, "log", "-1", "--format=%B", "inplace/01-first~2")
-    assert "Stack: first" in message
+    assert "Stack:" not in message and "Forwarded:" not in message
     suites = git(repo, "show", "inplace/01-first:tests/ci/suites.py")
     assert '"automatic_plugin/test_first.py",' in suites
     index = git(
@@ -342,8 +342,80 @@ def test_export_stack_conflicts_create_no_branch(stacked):
     git(repo, "commit", "-q", "-m", "upstream adds the module")
     with pytest.raises(
         PatchsetError,
-        match=r"\[first\] py/torch_tensorrt/dynamo/_first.py would overwrite an "
-        r"upstream file",
+        match=r"^no branch created in .*; piece 'first' \(1 of 2\) does not apply "
+        r"onto main \(1 conflict\(s\)\): py/torch_tensorrt/dynamo/_first.py would "
+        r"overwrite an upstream file$",
     ):
         export.export_stack(str(repo), "inplace", str(root / "patches"), str(root))
     assert "inplace/" not in git(repo, "branch", "--list")
+
+
+def test_export_stack_exports_the_longest_prefix_that_applies(stacked, tmp_path):
+    repo, root = stacked
+    path = repo / "py/torch_tensorrt/_compile.py"
+    lines = path.read_text().split("\n")
+    lines[100] += "  # upstream changed this line"
+    path.write_text("\n".join(lines))
+    git(repo, "commit", "-qam", "upstream moves on")
+    with pytest.raises(PatchsetError) as caught:
+        export.export_stack(
+            str(repo),
+            "inplace",
+            str(root / "patches"),
+            str(root),
+            pr_dir=str(tmp_path / "prs"),
+        )
+    message = str(caught.value)
+    assert (
+        message.startswith(f"created 1 stacked branch(es) in {repo} on ")
+        and message.count("\n") == 0
+    )
+    assert "inplace/01-first; PR descriptions in" in message
+    assert "piece 'second' (2 of 2) does not apply onto the branches above" in message
+    assert "0002-compile.patch: py/torch_tensorrt/_compile.py" in message
+    assert git(repo, "branch", "--list", "inplace/*").split() == ["inplace/01-first"]
+    assert sorted(os.listdir(tmp_path / "prs")) == ["01-first.md"]
+
+
+def test_pr_descriptions_per_piece(stacked, tmp_path):
+    repo, root = stacked
+    stack_file = root / "patches" / "stack"
+    stack_file.write_text(
+        stack_file.read_text().replace(
+            "[first] First\n", "[first] First\ndecide: whether #4279 goes first\n"
+        )
+    )
+    export.export_stack(
+        str(repo), "pr", str(root / "patches"), str(root), pr_dir=str(tmp_path / "d")
+    )
+    first = (tmp_path / "d" / "01-first.md").read_text()
+    second = (tmp_path / "d" / "02-second.md").read_text()
+    assert first.startswith(
+        "# First\n\nPart 1 of 2 of a stack of PRs: branch `pr/01-first`, on top of `main`."
+    )
+    assert (
+        "- **feat: enums** Longer explanation of the change, over two lines." in first
+    )
+    assert "## What a reviewer must decide\n\n- whether #4279 goes first\n" in first
+    assert "python -m pytest tests/py/dynamo/automatic_plugin/test_first.py" in first
+    assert "- https://github.com/pytorch/TensorRT/issues/4240" in first
+    assert "on top of `pr/01-first` (review that one first)." in second
+    assert "- `examples/dynamo/inplace_state_plugin.py`" in second
+
+
+def test_export_stack_onto_the_released_2_14_0_sources(stacked, tmp_path):
+    _, root = stacked
+    base = tmp_path / "v2.14.0"
+    summary = export.make_base(str(base), "standard")
+    assert "branch v2.14.0" in summary
+    assert git(base, "rev-list", "--count", "HEAD").strip() == "1"
+    export.export_stack(str(base), "inplace", str(root / "patches"), str(root))
+    # nothing to register in: the base has no CI manifest nor docs index
+    first = git(base, "log", "--reverse", "--format=%s", "v2.14.0..inplace/01-first")
+    assert first.splitlines() == ["feat: enums", "feat: add _first, with tests"]
+    # each patch commit's diff is its patch
+    patch = (root / "patches" / "0001-enums.patch").read_text()
+    diff = git(base, "diff", "v2.14.0", "inplace/01-first~1")
+    assert diff.split("@@", 1)[1] == patch.split("@@", 1)[1]
+    with pytest.raises(PatchsetError, match="already exists"):
+        export.make_base(str(base), "standard")

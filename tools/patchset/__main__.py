@@ -76,8 +76,27 @@ def _cmd_export(args: argparse.Namespace) -> str:
     from . import export
 
     if args.stack:
-        return export.export_stack(args.checkout, args.branch)
-    return export.export(args.checkout, args.branch)
+        return export.export_stack(
+            args.checkout,
+            args.branch,
+            author=args.author,
+            pr_dir=args.pr_descriptions,
+            verify_python=args.verify_imports,
+        )
+    if args.pr_descriptions:
+        raise PatchsetError("--pr-descriptions goes with --stack (one per piece)")
+    return export.export(
+        args.checkout,
+        args.branch,
+        author=args.author,
+        verify_python=args.verify_imports,
+    )
+
+
+def _cmd_base(args: argparse.Namespace) -> str:
+    from . import export
+
+    return export.make_base(args.dest, args.flavour)
 
 
 def _cmd_upstream_tests(args: argparse.Namespace) -> str:
@@ -153,9 +172,35 @@ def main(argv: List[str]) -> int:
     p.add_argument(
         "--stack",
         action="store_true",
-        help="one branch per piece of patches/stack, each on the one before",
+        help="one branch per piece of patches/stack, each on the one before; the "
+        "longest prefix of pieces that applies (the error names the first that does not)",
+    )
+    p.add_argument(
+        "--author",
+        help="'Name <email>' of the commits (default: your git identity); 'header' "
+        "keeps the patch headers' Author",
+    )
+    p.add_argument(
+        "--pr-descriptions",
+        metavar="DIR",
+        help="with --stack: write a PR description per piece here (NN-piece.md)",
+    )
+    p.add_argument(
+        "--verify-imports",
+        metavar="PYTHON",
+        help="after each commit, import the modules it changed with this Python "
+        "(onto released sources made by 'base', whose py/ imports as it is)",
     )
     p.set_defaults(func=_cmd_export)
+
+    p = sub.add_parser(
+        "base",
+        help="a git repository whose one commit is the released 2.14.0 sources, to "
+        "export onto",
+    )
+    p.add_argument("dest", help="new directory")
+    p.add_argument("--flavour", choices=["standard", "rtx"], default="standard")
+    p.set_defaults(func=_cmd_base)
 
     p = sub.add_parser(
         "upstream-tests",

@@ -1,13 +1,22 @@
-"""Export the patch set onto an upstream pytorch/TensorRT checkout as a PR branch.
+"""Export the patch set onto an upstream pytorch/TensorRT checkout as PR branches.
 
-``export`` turns every patch of the series into one commit (message built from
-the patch's DEP-3 header, author taken from its ``Author:`` field), then adds
-one commit with the new modules (``py/``) and our upstream-style tests
-(``tests/py/``). All of it happens in a temporary ``--shared`` clone of the
-checkout; the user's checkout only receives the finished branch, by a single
-``git fetch``, and only when every patch applied and every new file was free.
-When something does not fit, every conflict of every patch is collected and
-reported in one error, and the checkout is left exactly as it was.
+``export`` turns every patch of the series into one commit, then adds the new
+modules (``py/``), our upstream-style tests (``tests/py/``), docs and examples.
+``export_stack`` makes one branch per piece of ``patches/stack``, each on the
+one before; a piece that does not apply ends the stack there: the pieces before
+it are exported and the error names the piece and why.
+
+Each commit stands alone: a new module goes into the commit of the first patch
+that refers to it (with the new modules it imports), and after every commit
+the changed Python files must byte-compile. The commit message is the patch
+header's description, without the DEP-3 fields; the author is the caller's git
+identity, an explicit ``--author``, or on request the patch headers' own
+(``--author header``). ``export_stack`` can write a PR description per piece.
+
+All of it happens in a temporary ``--shared`` clone of the checkout; the user's
+checkout only receives finished branches, by a single ``git fetch``. A
+2.14.0 checkout to export onto, whose base commit is the released sources, is
+made by :func:`make_base`.
 """
 
 import os
@@ -16,7 +25,7 @@ import shutil
 import subprocess
 import tempfile
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from . import REPO_ROOT, PatchsetError, series, wheelbuild
 
@@ -106,11 +115,40 @@ def _validate_checkout(checkout: str, branch: str) -> str:
         )
     if not _succeeds(path, ["check-ref-format", "--branch", branch]):
         raise PatchsetError(f"invalid branch name: {branch!r}")
-    if _succeeds(path, ["show-ref", "--verify", "-q", f"refs/heads/{branch}"]):
-        raise PatchsetError(
-            f"branch {branch} already exists in {path}; choose another with --branch"
-        )
+    clash = branch_clash(path, branch)
+    if clash:
+        raise PatchsetError(clash)
     return path
+
+
+def branch_clash(checkout: str, branch: str) -> Optional[str]:
+    """Why ``branch`` cannot be created in ``checkout`` next to its branches, or None.
+
+    Git cannot have both ``a`` and ``a/b``: a branch named like a directory of
+    the new one, or below it, blocks it as surely as the same name.
+    """
+    existing = _git(
+        checkout, ["for-each-ref", "--format=%(refname:strip=2)", "refs/heads/"]
+    ).splitlines()
+    if branch in existing:
+        return (
+            f"branch {branch} already exists in {checkout}; delete it or choose "
+            "another with --branch"
+        )
+    parts = branch.split("/")
+    for k in range(1, len(parts)):
+        if "/".join(parts[:k]) in existing:
+            return (
+                f"branch {'/'.join(parts[:k])} exists in {checkout}, so branch "
+                f"{branch} cannot be created; delete it or choose another --branch"
+            )
+    below = sorted(b for b in existing if b.startswith(branch + "/"))
+    if below:
+        return (
+            f"branch {below[0]} exists in {checkout}, so branch {branch} cannot be "
+            "created; delete it or choose another --branch"
+        )
+    return None
 
 
 def _identity_args(checkout: str) -> List[str]:
@@ -163,12 +201,15 @@ def _header_fields(header: str) -> Tuple[List[_Field], List[str]]:
 
 
 def commit_message(patch: series.Patch) -> Tuple[str, Optional[str]]:
-    """Git commit message and ``Name <email>`` author (or None) from the patch's DEP-3 header.
+    """Git commit message and the header's ``Name <email>`` author (or None).
 
-    The subject is the first line of ``Description:`` (or ``Subject:``). The
+    The subject is the first line of ``Description:`` (or ``Subject:``); the
     body is the long description, de-indented (`` .`` lines become blank
-    lines), then any free-form text, then the other header fields as written.
-    The author is the ``Author:`` field when it has the form ``Name <email>``.
+    lines), then any free-form text. The other DEP-3 fields (``Origin:``,
+    ``Forwarded:``, ``Stack:``, ...) are this repository's bookkeeping and stay
+    out of the message; ``Stack:`` and ``Depends-on:`` go into the PR
+    description (:func:`pr_description`). The author is the ``Author:`` field
+    when it has the form ``Name <email>``; it is used only on request.
     """
     fields, free = _header_fields(patch.header)
     description = next(
@@ -182,14 +223,45 @@ def commit_message(patch: series.Patch) -> Tuple[str, Optional[str]]:
     for line in description.lines[1:]:
         text = line[1:].rstrip()
         long_lines.append("" if text.strip() == "." else text)
-    others = [line.rstrip() for f in fields if f is not description for line in f.lines]
-    paragraphs = ["\n".join(long_lines), "\n".join(free), "\n".join(others)]
+    paragraphs = ["\n".join(long_lines), "\n".join(free)]
     body = "\n\n".join(p.strip("\n") for p in paragraphs if p.strip())
     author_field = next((f for f in fields if f.key.lower() == "author"), None)
     m = _AUTHOR_RE.match(author_field.value) if author_field else None
     author = f"{m.group('name')} <{m.group('email')}>" if m else None
     message = f"{description.value}\n\n{body}\n" if body else f"{description.value}\n"
     return message, author
+
+
+HEADER_AUTHOR = "header"
+
+
+def resolve_author(option: Optional[str], checkout: str) -> Optional[str]:
+    """The author of the exported commits, as ``Name <email>``.
+
+    ``option`` is ``--author``: ``None`` means the caller's git identity (that
+    of this repository, with the environment's ``GIT_AUTHOR_*``), else the
+    checkout's; ``"header"`` returns None (each patch's ``Author:`` header, for
+    the new-file commits the committer); anything else must be ``Name <email>``.
+    """
+    if option == HEADER_AUTHOR:
+        return None
+    if option is not None:
+        m = _AUTHOR_RE.match(option.strip())
+        if not m:
+            raise PatchsetError(
+                f"--author {option!r} is not 'Name <email>' (or '{HEADER_AUTHOR}' "
+                "for the patch headers' own)"
+            )
+        return f"{m.group('name')} <{m.group('email')}>"
+    for repo in (REPO_ROOT, checkout):
+        ident = _run_git(repo, ["var", "GIT_AUTHOR_IDENT"])
+        m = re.match(r"^(?P<who>.*>)\s+\d+\s+[-+]\d{4}$", ident.stdout.strip())
+        if ident.returncode == 0 and m and _AUTHOR_RE.match(m.group("who")):
+            return m.group("who")
+    raise PatchsetError(
+        "no git identity to author the commits: set git's user.name and "
+        "user.email, or pass --author 'Name <email>'"
+    )
 
 
 def _name_list(names: List[str]) -> str:
@@ -257,14 +329,148 @@ def _commit(
         )
 
 
+def _stem(dest: str) -> str:
+    return os.path.splitext(os.path.basename(dest))[0]
+
+
+def _refers_to(text: str, dest: str) -> bool:
+    """Whether ``text`` names the module ``dest`` (its file name, as a word)."""
+    return re.search(rf"(?<![\w]){re.escape(_stem(dest))}(?![\w])", text) is not None
+
+
+def attach_new_modules(
+    patches: Sequence[series.Patch], plan: Sequence[Tuple[str, str]]
+) -> Dict[str, List[Tuple[str, str]]]:
+    """Which new modules each patch commit must carry so that it stands alone.
+
+    A new module (a ``py/`` file of ``plan``) goes with the first patch whose
+    added lines name it, together with the new modules it names itself, and so
+    on; the rest stays for the commit of new files. Returns patch name ->
+    ``(source, destination)`` pairs.
+    """
+    modules = [
+        (src, dest)
+        for src, dest in plan
+        if dest.startswith("py/") and dest.endswith(".py") and _stem(dest) != "__init__"
+    ]
+    sources = {}
+    for src, dest in modules:
+        with open(src, encoding="utf-8") as f:
+            sources[dest] = f.read()
+    attached: Dict[str, List[Tuple[str, str]]] = {}
+    placed: set = set()
+    for patch in patches:
+        added = "\n".join(
+            line[1:]
+            for line in patch.diff.splitlines()
+            if line.startswith("+") and not line.startswith("+++")
+        )
+        wanted = [m for m in modules if m[1] not in placed and _refers_to(added, m[1])]
+        queue = list(wanted)
+        while queue:
+            _, dest = queue.pop()
+            for m in modules:
+                if (
+                    m[1] not in placed
+                    and m not in wanted
+                    and _refers_to(sources[dest], m[1])
+                ):
+                    wanted.append(m)
+                    queue.append(m)
+        if wanted:
+            attached[patch.name] = wanted
+            placed.update(dest for _, dest in wanted)
+    return attached
+
+
+def _copy_in(work: str, pairs: Sequence[Tuple[str, str]]) -> None:
+    for src, dest in pairs:
+        target = os.path.join(work, dest)
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        shutil.copy2(src, target)
+    _git(work, ["add", "--", *[dest for _, dest in pairs]])
+
+
+def _check_byte_compiles(work: str) -> None:
+    """Every Python file the last commit changed under ``py/`` compiles."""
+    changed = _git(
+        work, ["diff-tree", "--no-commit-id", "--name-only", "-r", "--root", "HEAD"]
+    ).splitlines()
+    for rel in changed:
+        path = os.path.join(work, rel)
+        if rel.startswith("py/") and rel.endswith(".py") and os.path.isfile(path):
+            with open(path, encoding="utf-8") as f:
+                source = f.read()
+            try:
+                compile(source, rel, "exec")
+            except SyntaxError as e:
+                subject = _git(work, ["log", "-1", "--format=%s"]).strip()
+                raise PatchsetError(
+                    f"commit '{subject}' does not stand alone: {rel} does not "
+                    f"byte-compile ({e.msg}, line {e.lineno})"
+                ) from None
+
+
+def _check_imports(work: str, python: str) -> None:
+    """The modules the last commit changed under ``py/`` import, with ``py/`` first on the path.
+
+    Meaningful on released sources (:func:`make_base`), whose ``py/`` is an
+    importable package; ``python`` must have the package's dependencies.
+    """
+    changed = _git(
+        work, ["diff-tree", "--no-commit-id", "--name-only", "-r", "--root", "HEAD"]
+    ).splitlines()
+    modules = [
+        rel[len("py/") : -len(".py")].replace("/", ".").removesuffix(".__init__")
+        for rel in changed
+        if rel.startswith("py/")
+        and rel.endswith(".py")
+        and os.path.isfile(os.path.join(work, rel))
+    ]
+    if not modules:
+        return
+    env = dict(_git_env(), PYTHONPATH=os.path.join(work, "py"))
+    result = subprocess.run(
+        [python, "-c", "".join(f"import {m}\n" for m in modules)],
+        cwd=work,
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    if result.returncode != 0:
+        subject = _git(work, ["log", "-1", "--format=%s"]).strip()
+        last = (result.stderr.strip().splitlines() or ["no output"])[-1]
+        raise PatchsetError(
+            f"commit '{subject}' does not stand alone: importing {', '.join(modules)} "
+            f"fails: {last}"
+        )
+
+
+def _check_commit(work: str, verify_python: Optional[str]) -> None:
+    _check_byte_compiles(work)
+    if verify_python:
+        _check_imports(work, verify_python)
+
+
 def _apply_series(
-    work: str, identity: List[str], patches: List[series.Patch]
-) -> Tuple[int, List[str]]:
-    """Apply and commit each patch; return (commits made, conflicts of the patches that failed)."""
+    work: str,
+    identity: List[str],
+    patches: List[series.Patch],
+    author: Optional[str] = None,
+    plan: Sequence[Tuple[str, str]] = (),
+    verify_python: Optional[str] = None,
+) -> Tuple[int, List[str], List[Tuple[str, str]]]:
+    """Apply and commit each patch, each with the new modules it needs.
+
+    Returns (commits made, conflicts of the patches that failed, the entries of
+    ``plan`` no patch carried). ``author`` overrides the headers' authors.
+    """
     # Every header is checked before the first patch is applied.
     messages = [commit_message(p) for p in patches]
+    attached = attach_new_modules(patches, plan)
+    carried: set = set()
     commits, conflicts = 0, []
-    for patch, (message, author) in zip(patches, messages):
+    for patch, (message, header_author) in zip(patches, messages):
         if not patch.diff.strip():
             conflicts.append(f"{patch.name}: contains no diff")
             continue
@@ -276,9 +482,14 @@ def _apply_series(
                 f"{patch.name}: {failure}" for failure in _failing_hunks(patch, work)
             ]
             continue
-        _commit(work, identity, message, author)
+        modules = attached.get(patch.name, [])
+        if modules:
+            _copy_in(work, modules)
+            carried.update(dest for _, dest in modules)
+        _commit(work, identity, message, author or header_author)
+        _check_commit(work, verify_python)
         commits += 1
-    return commits, conflicts
+    return commits, conflicts, [pair for pair in plan if pair[1] not in carried]
 
 
 # --------------------------------------------------------------------------- overlay
@@ -315,19 +526,18 @@ def _overlay_plan(
 
 
 def _commit_overlay(
-    work: str, identity: List[str], plan: List[Tuple[str, str]]
+    work: str,
+    identity: List[str],
+    plan: List[Tuple[str, str]],
+    author: Optional[str] = None,
+    verify_python: Optional[str] = None,
 ) -> None:
-    for src, dest in plan:
-        target = os.path.join(work, dest)
-        os.makedirs(os.path.dirname(target), exist_ok=True)
-        shutil.copy2(src, target)
+    _copy_in(work, plan)
     added = [dest for _, dest in plan]
-    _git(work, ["add", "--", *added])
-    message = overlay_message(
-        [d for d in added if d.startswith("py/")],
-        [d for d in added if d.startswith("tests/")],
-    )
-    _commit(work, identity, message, None)
+    tests = [d for d in added if d.startswith("tests/")]
+    message = overlay_message([d for d in added if d not in tests], tests)
+    _commit(work, identity, message, author)
+    _check_commit(work, verify_python)
 
 
 SUITES_FILE = "tests/ci/suites.py"
@@ -427,8 +637,23 @@ def _register_docs(work: str, added: List[str]) -> List[str]:
     return [e.strip() for e in entries]
 
 
-def _register_new_files(work: str, identity: List[str], added: List[str]) -> int:
-    """Commit the registration of new plugin tests and docs; return the commits made."""
+def is_released_sources(work: str) -> bool:
+    """A 2.14.0 base made from the released sources has no CI manifest or docs."""
+    return not any(
+        os.path.exists(os.path.join(work, f)) for f in (SUITES_FILE, DOCS_INDEX)
+    )
+
+
+def _register_new_files(
+    work: str, identity: List[str], added: List[str], author: Optional[str] = None
+) -> int:
+    """Commit the registration of new plugin tests and docs; return the commits made.
+
+    On a base of released sources (:func:`make_base`) there is nothing to
+    register them in.
+    """
+    if is_released_sources(work):
+        return 0
     commits = 0
     for path, subject, entries in (
         (
@@ -445,7 +670,7 @@ def _register_new_files(work: str, identity: List[str], added: List[str]) -> int
         if entries:
             _git(work, ["add", "--", path])
             body = "\n".join(f"- {entry}" for entry in entries)
-            _commit(work, identity, f"{subject}\n\n{body}", None)
+            _commit(work, identity, f"{subject}\n\n{body}", author)
             commits += 1
     return commits
 
@@ -459,36 +684,45 @@ def export(
     patch_dir: Optional[str] = None,
     overlay_root: Optional[str] = None,
     tests_root: Optional[str] = None,
+    author: Optional[str] = None,
+    verify_python: Optional[str] = None,
 ) -> str:
     """Create ``branch`` in the upstream ``checkout``: one commit per patch, then one for new files.
 
     ``patch_dir`` (a directory with ``series``), ``overlay_root`` (files to add
     under ``py/``) and ``tests_root`` (files to add under ``tests/py/``) default
-    to this repository's ``patches/``, ``py/`` and ``tests/py/``. The checkout's
-    HEAD, current branch, index and work tree are never changed; on any
-    failure no branch is created. Returns a one-line summary.
+    to this repository's ``patches/``, ``py/`` and ``tests/py/``. A new module
+    goes into the commit of the first patch that needs it. ``author`` is
+    ``--author`` (see :func:`resolve_author`); with ``verify_python``, every
+    commit's changed modules must import (:func:`_check_imports`). The checkout's HEAD, current
+    branch, index and work tree are never changed; on any failure no branch is
+    created. Returns a one-line summary.
     """
     top = _validate_checkout(checkout, branch)
     patches = series.read_series(patch_dir) if patch_dir else series.read_series()
     identity = _identity_args(top)
+    who = resolve_author(author, top)
     head = _git(top, ["rev-parse", "HEAD^{commit}"]).strip()
     scratch = tempfile.mkdtemp(prefix="patchset-export-")
     work = os.path.join(scratch, "clone")
     try:
         _git(scratch, ["clone", "-q", "--shared", "--no-checkout", top, work])
         _git(work, ["checkout", "-q", "-b", branch, head])
-        commits, conflicts = _apply_series(work, identity, patches)
         plan, clashes = _overlay_plan(work, overlay_root, tests_root)
+        commits, conflicts, rest = _apply_series(
+            work, identity, patches, who, plan, verify_python
+        )
         conflicts += [f"overlay: {c}" for c in clashes]
         if conflicts:
             raise PatchsetError(
                 f"{len(conflicts)} conflict(s) exporting onto {top} at {head[:10]}, no branch created: "
                 + "; ".join(conflicts)
             )
-        if plan:
-            _commit_overlay(work, identity, plan)
+        if rest:
+            _commit_overlay(work, identity, rest, who, verify_python)
             commits += 1
-            commits += _register_new_files(work, identity, [d for _, d in plan])
+        if plan:
+            commits += _register_new_files(work, identity, [d for _, d in plan], who)
         if commits == 0:
             raise PatchsetError(
                 "nothing to export: the series is empty and there are no new modules or tests"
@@ -496,11 +730,58 @@ def export(
         _git(top, ["fetch", "-q", work, f"refs/heads/{branch}:refs/heads/{branch}"])
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    overlay = f" + 1 commit with {len(plan)} new file(s)" if plan else ""
+    overlay = f" + 1 commit with {len(rest)} new file(s)" if rest else ""
+    carried = len(plan) - len(rest)
+    with_modules = f", {carried} new module(s) in the patch commits" if carried else ""
     return (
         f"created branch {branch} in {top}: {commits} commit(s) on {head[:10]} "
-        f"({len(patches)} patch commit(s){overlay})"
+        f"({len(patches)} patch commit(s){with_modules}{overlay})"
     )
+
+
+def pr_description(
+    piece: Any, branch: str, base: str, position: Tuple[int, int], messages: List[str]
+) -> str:
+    """The description of the PR of one piece of the stack, in Markdown."""
+    k, n = position
+    lines = [
+        f"# {piece.title}",
+        "",
+        f"Part {k} of {n} of a stack of PRs: branch `{branch}`, on top of `{base}`"
+        + (" (review that one first)." if k > 1 else "."),
+        "",
+        "## Summary",
+        "",
+    ]
+    for message in messages:
+        subject, _, body = message.partition("\n")
+        first = body.strip().split("\n\n")[0].replace("\n", " ") if body.strip() else ""
+        lines.append(f"- **{subject}**" + (f" {first}" if first else ""))
+    lines += ["", "## What a reviewer must decide", ""]
+    lines += [f"- {d}" for d in piece.decisions] or ["- (nothing beyond the code)"]
+    new = [f for f in piece.exported_files if f not in piece.tests]
+    if new:
+        lines += ["", "## New files", ""] + [f"- `{f}`" for f in new]
+    lines += ["", "## Tests", ""]
+    if piece.tests:
+        lines += [f"- `{t}`" for t in piece.tests if t in piece.exported_files]
+        lines += [
+            "",
+            "```sh",
+            "python -m pytest "
+            + " ".join(t for t in piece.tests if t in piece.exported_files),
+            "```",
+        ]
+    else:
+        lines.append("- none of its own; the tests of the pieces after it use it")
+    related = list(piece.depends_on)
+    for patch in piece.patches:
+        for url in re.findall(r"^Bug:\s*(\S+)", patch.header, re.M):
+            if url not in related:
+                related.append(url)
+    if related:
+        lines += ["", "## Related", ""] + [f"- {url}" for url in related]
+    return "\n".join(lines) + "\n"
 
 
 def export_stack(
@@ -508,16 +789,23 @@ def export_stack(
     branch_prefix: str,
     patch_dir: Optional[str] = None,
     root: Optional[str] = None,
+    author: Optional[str] = None,
+    pr_dir: Optional[str] = None,
+    verify_python: Optional[str] = None,
 ) -> str:
     """One branch per piece of the stack (``patches/stack``) in the upstream ``checkout``.
 
     Branch ``<branch_prefix>/<NN>-<piece>`` holds that piece on top of the
-    branch before it: one commit per patch (message from its header), then one
-    commit with the piece's new files, then, where needed, one registering its
-    plugin tests in ``tests/ci/suites.py`` and its pages and examples in the
-    plugin docs' toctree. ``patch_dir`` and ``root`` (where the listed new files
-    are) default to this repository. As with :func:`export`, the checkout gets
-    the branches only when every piece fits, and is otherwise left untouched.
+    branch before it: one commit per patch (message from its header, carrying
+    the new modules it needs), then one commit with the piece's other new files,
+    then, where the checkout has them, one registering its plugin tests in
+    ``tests/ci/suites.py`` and its pages and examples in the plugin docs'
+    toctree. ``patch_dir`` and ``root`` (where the listed new files are) default
+    to this repository. The longest prefix of pieces that applies is exported;
+    if a piece does not apply, the error names it and why, after the branches
+    of the pieces before it were created. ``pr_dir`` receives one PR
+    description per exported piece (``<NN>-<piece>.md``). With
+    ``verify_python``, every commit's changed modules must import.
     """
     from . import stack
 
@@ -530,53 +818,109 @@ def export_stack(
         top = _validate_checkout(checkout, branch)
     assert top is not None
     identity = _identity_args(top)
+    who = resolve_author(author, top)
     head = _git(top, ["rev-parse", "HEAD^{commit}"]).strip()
+    base_name = _git(top, ["rev-parse", "--abbrev-ref", "HEAD"]).strip()
+    if base_name == "HEAD":
+        base_name = head[:10]
     scratch = tempfile.mkdtemp(prefix="patchset-export-")
     work = os.path.join(scratch, "clone")
+    done: List[str] = []
+    stopped = ""
     try:
         _git(scratch, ["clone", "-q", "--shared", "--no-checkout", top, work])
-        _git(work, ["checkout", "-q", "-b", branches[0], head])
-        conflicts: List[str] = []
-        for piece, branch in zip(pieces, branches):
-            if branch != branches[0]:
-                _git(work, ["checkout", "-q", "-b", branch])
-            _, failed = _apply_series(work, identity, list(piece.patches))
-            conflicts += [f"[{piece.id}] {c}" for c in failed]
+        _git(work, ["checkout", "-q", "--detach", head])
+        descriptions = []
+        for k, (piece, branch) in enumerate(zip(pieces, branches), 1):
+            _git(work, ["checkout", "-q", "-b", branch])
             plan = [(os.path.join(root, f), f) for f in piece.exported_files]
-            conflicts += [
-                f"[{piece.id}] {dest} would overwrite an upstream file"
+            clashes = [
+                f"{dest} would overwrite an upstream file"
                 for _, dest in plan
                 if os.path.lexists(os.path.join(work, dest))
             ]
-            if conflicts or not plan:
-                continue
-            for src, dest in plan:
-                target = os.path.join(work, dest)
-                os.makedirs(os.path.dirname(target), exist_ok=True)
-                shutil.copy2(src, target)
-            added = [dest for _, dest in plan]
-            _git(work, ["add", "--", *added])
-            tests = [d for d in added if d.startswith("tests/")]
-            _commit(
-                work,
-                identity,
-                overlay_message([d for d in added if d not in tests], tests),
-                None,
+            failed: List[str] = []
+            if not clashes:
+                _, failed, rest = _apply_series(
+                    work, identity, list(piece.patches), who, plan, verify_python
+                )
+            conflicts = failed + clashes
+            if conflicts:
+                stopped = (
+                    f"piece '{piece.id}' ({k} of {len(pieces)}) does not apply onto "
+                    f"{'the branches above' if done else base_name} "
+                    f"({len(conflicts)} conflict(s)): " + "; ".join(conflicts)
+                )
+                break
+            if rest:
+                _commit_overlay(work, identity, rest, who, verify_python)
+            _register_new_files(work, identity, [d for _, d in plan], who)
+            messages = [commit_message(p)[0] for p in piece.patches]
+            descriptions.append(
+                (
+                    f"{k:02d}-{piece.id}.md",
+                    pr_description(
+                        piece,
+                        branch,
+                        done[-1] if done else base_name,
+                        (k, len(pieces)),
+                        messages,
+                    ),
+                )
             )
-            _register_new_files(work, identity, added)
-        if conflicts:
-            raise PatchsetError(
-                f"{len(conflicts)} conflict(s) exporting the stack onto {top} at "
-                f"{head[:10]}, no branch created: " + "; ".join(conflicts)
+            done.append(branch)
+        if done:
+            _git(
+                top,
+                ["fetch", "-q", work]
+                + [f"refs/heads/{b}:refs/heads/{b}" for b in done],
             )
-        _git(
-            top,
-            ["fetch", "-q", work]
-            + [f"refs/heads/{b}:refs/heads/{b}" for b in branches],
-        )
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    return (
-        f"created {len(branches)} stacked branch(es) in {top} on {head[:10]}: "
-        + ", ".join(branches)
+    if pr_dir and descriptions:
+        os.makedirs(pr_dir, exist_ok=True)
+        for name, text in descriptions:
+            with open(os.path.join(pr_dir, name), "w", encoding="utf-8") as f:
+                f.write(text)
+    created = (
+        f"created {len(done)} stacked branch(es) in {top} on {head[:10]}: "
+        + ", ".join(done)
+        if done
+        else f"no branch created in {top} at {head[:10]}"
     )
+    if pr_dir and descriptions:
+        created += f"; PR descriptions in {pr_dir}"
+    if stopped:
+        raise PatchsetError(f"{created}; {stopped}")
+    return created
+
+
+def make_base(dest: str, flavour: str = "standard") -> str:
+    """A git repository at ``dest`` whose one commit is the released 2.14.0 sources.
+
+    Its ``py/`` tree is the wheel's ``torch_tensorrt`` package (``flavour``), in
+    upstream's layout, with an empty ``tests/py/``: exported onto it, every patch
+    commit's diff is exactly its patch. It has no CI manifest and no docs, so
+    nothing is registered there.
+    """
+    from . import tree
+
+    if os.path.lexists(dest):
+        raise PatchsetError(f"{dest} already exists; choose a new directory")
+    tree.base_sources(dest, flavour)
+    keep = os.path.join(dest, "tests", "py", "README")
+    os.makedirs(os.path.dirname(keep))
+    with open(keep, "w", encoding="utf-8") as f:
+        f.write(
+            "Upstream's tests are not in the released wheel; ours are added here.\n"
+        )
+    _git(dest, ["init", "-q", "-b", "v2.14.0"])
+    _git(dest, ["add", "-A"])
+    identity = _identity_args(dest)
+    _commit(
+        dest,
+        identity,
+        f"Torch-TensorRT 2.14.0: the released sources ({flavour} wheel, py/ tree)\n",
+        None,
+    )
+    return f"made {dest}: branch v2.14.0, one commit with the 2.14.0 {flavour} sources"

@@ -5,6 +5,7 @@ one per PR, in review order. ``patches/stack`` declares them::
 
     # comment
     [piece-id] Title of the PR
+    decide: What a reviewer of this PR must decide (one line each)
     py/torch_tensorrt/dynamo/new_module.py
     tests/py/dynamo/test_new_module.py
 
@@ -39,6 +40,7 @@ class Piece:
     title: str
     patches: Tuple[series.Patch, ...]
     files: Tuple[str, ...]  # repository-relative, in upstream's layout
+    decisions: Tuple[str, ...] = ()  # what a reviewer must decide
 
     @property
     def exported_files(self) -> List[str]:
@@ -110,23 +112,31 @@ def new_files(root: str = REPO_ROOT) -> List[str]:
     return files
 
 
-def _parse(path: str) -> List[Tuple[str, str, List[str]]]:
-    sections: List[Tuple[str, str, List[str]]] = []
+_DECIDE = "decide:"
+
+
+def _parse(path: str) -> List[Tuple[str, str, List[str], List[str]]]:
+    sections: List[Tuple[str, str, List[str], List[str]]] = []
     with open(path, encoding="utf-8") as f:
         for lineno, raw in enumerate(f, 1):
-            line = raw.split("#", 1)[0].strip()
+            line = raw.strip()
+            if line.startswith(_DECIDE) and sections:
+                # free text: '#' there is an issue number, not a comment
+                sections[-1][3].append(line[len(_DECIDE) :].strip())
+                continue
+            line = line.split("#", 1)[0].strip()
             if not line:
                 continue
             m = _SECTION_RE.match(line)
             if m:
-                sections.append((m.group("id"), m.group("title"), []))
+                sections.append((m.group("id"), m.group("title"), [], []))
             elif line.startswith("["):
                 raise PatchsetError(
                     f"{STACK_FILE}:{lineno}: {line!r} is not '[piece-id] Title'"
                 )
             elif not sections:
                 raise PatchsetError(
-                    f"{STACK_FILE}:{lineno}: file {line!r} before the first [piece]"
+                    f"{STACK_FILE}:{lineno}: {line!r} before the first [piece]"
                 )
             else:
                 sections[-1][2].append(line)
@@ -174,7 +184,7 @@ def read_stack(patch_dir: str = series.PATCH_DIR, root: str = REPO_ROOT) -> List
             f"order {expected}"
         )
     listed: Dict[str, str] = {}
-    for piece_id, _, files in sections:
+    for piece_id, _, files, _ in sections:
         for f in files:
             if f in listed:
                 problems.append(
@@ -189,8 +199,8 @@ def read_stack(patch_dir: str = series.PATCH_DIR, root: str = REPO_ROOT) -> List
     if problems:
         raise PatchsetError("stack: " + "; ".join(problems))
     return [
-        Piece(piece_id, title, tuple(by_piece[piece_id]), tuple(files))
-        for piece_id, title, files in sections
+        Piece(piece_id, title, tuple(by_piece[piece_id]), tuple(files), tuple(decide))
+        for piece_id, title, files, decide in sections
     ]
 
 
