@@ -11,11 +11,13 @@ example turns it into a TensorRT QDP plugin that updates the state where it live
 builds a serialized engine for a Python-free runtime, and runs that engine the way
 a C++ caller does: reading the engine's alias map to bind the state.
 
-Steps 1-4 run anywhere. Building the engine with the plugin (step 5) needs the
-standard TensorRT flavour (``tensorrt.plugin``) with its builder; running it
-(step 6) needs a GPU. On a host without them, the example builds the same update
-written in PyTorch with TensorRT-RTX (which builds engines on the CPU) to show the
-engine's I/O and alias map, and says which steps it skipped.
+Steps 1-2 (the kernel and the PyTorch op) run anywhere. Registering the plugin
+and its converter (steps 3-4) needs the standard TensorRT flavour
+(``tensorrt.plugin``; TensorRT-RTX has no Python plugins); building the engine
+with the plugin (step 5) also needs its builder, and running it (step 6) a GPU.
+Where a step cannot run, the example says so and why; without the plugin it builds
+the same update written in PyTorch (with TensorRT-RTX even on a CPU) to show the
+engine's I/O and alias map.
 """
 
 import json
