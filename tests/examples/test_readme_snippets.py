@@ -8,7 +8,6 @@ text says: registered its converter. The ``json`` block is a valid alias map. Th
 the README says is not compiled.
 """
 
-import importlib.util
 import json
 import os
 import re
@@ -58,9 +57,14 @@ def test_the_converter_convention_block():
     assert out.strip().splitlines()[-1] == "True"
 
 
+def _has_qdp():
+    from torch_tensorrt import ENABLED_FEATURES
+
+    return ENABLED_FEATURES.qdp_plugin
+
+
 @pytest.mark.skipif(
-    importlib.util.find_spec("tensorrt") is None
-    or importlib.util.find_spec("tensorrt.plugin") is None,
+    not _has_qdp(),
     reason="The plugin block needs standard TensorRT's tensorrt.plugin "
     "(TensorRT-RTX has no Python plugins).",
 )
