@@ -419,3 +419,34 @@ def test_export_stack_onto_the_released_2_14_0_sources(stacked, tmp_path):
     assert diff.split("@@", 1)[1] == patch.split("@@", 1)[1]
     with pytest.raises(PatchsetError, match="already exists"):
         export.make_base(str(base), "standard")
+
+
+def test_export_stack_runs_each_piece_s_tests_at_its_last_commit(stacked):
+    import sys
+
+    repo, root = stacked
+    summary = export.export_stack(
+        str(repo),
+        "tested",
+        str(root / "patches"),
+        str(root),
+        test_python=sys.executable,
+    )
+    assert "tested/01-first, tested/02-second" in summary
+    (root / "tests/py/dynamo/automatic_plugin/test_first.py").write_text(
+        "def test_x():\n    assert False, 'broken'\n"
+    )
+    with pytest.raises(PatchsetError) as caught:
+        export.export_stack(
+            str(repo),
+            "broken",
+            str(root / "patches"),
+            str(root),
+            test_python=sys.executable,
+        )
+    assert str(caught.value).startswith(f"no branch created in {repo}")
+    assert (
+        "piece 'first' (1 of 2) applies but its tests fail at its last commit: "
+        "1 failed" in str(caught.value)
+    )
+    assert "broken/" not in git(repo, "branch", "--list")

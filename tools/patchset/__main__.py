@@ -82,9 +82,12 @@ def _cmd_export(args: argparse.Namespace) -> str:
             author=args.author,
             pr_dir=args.pr_descriptions,
             verify_python=args.verify_imports,
+            test_python=args.test_pieces,
         )
-    if args.pr_descriptions:
-        raise PatchsetError("--pr-descriptions goes with --stack (one per piece)")
+    if args.pr_descriptions or args.test_pieces:
+        raise PatchsetError(
+            "--pr-descriptions and --test-pieces go with --stack (they are per piece)"
+        )
     return export.export(
         args.checkout,
         args.branch,
@@ -190,6 +193,12 @@ def main(argv: List[str]) -> int:
         metavar="PYTHON",
         help="after each commit, import the modules it changed with this Python "
         "(onto released sources made by 'base', whose py/ imports as it is)",
+    )
+    p.add_argument(
+        "--test-pieces",
+        metavar="PYTHON",
+        help="with --stack: run each piece's tests at its last commit with this "
+        "Python, the exported py/ first on the path (onto 'base --flavour rtx')",
     )
     p.set_defaults(func=_cmd_export)
 

@@ -452,6 +452,38 @@ def _check_commit(work: str, verify_python: Optional[str]) -> None:
         _check_imports(work, verify_python)
 
 
+def _executable(python: Optional[str]) -> Optional[str]:
+    """``python`` usable from any directory: a path made absolute, a name looked up."""
+    if not python:
+        return None
+    if os.sep in python:
+        return os.path.abspath(python)
+    return shutil.which(python) or python
+
+
+def _test_piece(work: str, python: str, tests: Sequence[str]) -> Optional[str]:
+    """Run ``tests`` in ``work`` with its ``py/`` first on the path; why they fail, or None.
+
+    Onto released sources (:func:`make_base`) of the RTX flavour, ``py/`` runs
+    as it is: ``torch_tensorrt`` without its C++ libraries uses its Python
+    runtime, and TensorRT-RTX builds engines on the CPU.
+    """
+    if not tests:
+        return None
+    env = dict(_git_env(), PYTHONPATH=os.path.join(work, "py"))
+    result = subprocess.run(
+        [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", *tests],
+        cwd=work,
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    if result.returncode == 0:
+        return None
+    lines = [line for line in result.stdout.strip().splitlines() if line.strip()]
+    return lines[-1].strip("= ") if lines else f"pytest exit status {result.returncode}"
+
+
 def _apply_series(
     work: str,
     identity: List[str],
@@ -699,6 +731,7 @@ def export(
     created. Returns a one-line summary.
     """
     top = _validate_checkout(checkout, branch)
+    verify_python = _executable(verify_python)
     patches = series.read_series(patch_dir) if patch_dir else series.read_series()
     identity = _identity_args(top)
     who = resolve_author(author, top)
@@ -792,6 +825,7 @@ def export_stack(
     author: Optional[str] = None,
     pr_dir: Optional[str] = None,
     verify_python: Optional[str] = None,
+    test_python: Optional[str] = None,
 ) -> str:
     """One branch per piece of the stack (``patches/stack``) in the upstream ``checkout``.
 
@@ -805,13 +839,16 @@ def export_stack(
     if a piece does not apply, the error names it and why, after the branches
     of the pieces before it were created. ``pr_dir`` receives one PR
     description per exported piece (``<NN>-<piece>.md``). With
-    ``verify_python``, every commit's changed modules must import.
+    ``verify_python``, every commit's changed modules must import; with
+    ``test_python``, each piece's tests must pass at its last commit (else the
+    stack ends before that piece, as for a conflict).
     """
     from . import stack
 
     patch_dir = patch_dir or series.PATCH_DIR
     root = root or REPO_ROOT
     pieces = stack.read_stack(patch_dir, root)
+    verify_python, test_python = _executable(verify_python), _executable(test_python)
     branches = [f"{branch_prefix}/{k:02d}-{p.id}" for k, p in enumerate(pieces, 1)]
     top = None
     for branch in branches:
@@ -855,6 +892,15 @@ def export_stack(
             if rest:
                 _commit_overlay(work, identity, rest, who, verify_python)
             _register_new_files(work, identity, [d for _, d in plan], who)
+            if test_python:
+                tests = [t for t in piece.tests if t in piece.exported_files]
+                failure = _test_piece(work, test_python, tests)
+                if failure:
+                    stopped = (
+                        f"piece '{piece.id}' ({k} of {len(pieces)}) applies but its "
+                        f"tests fail at its last commit: {failure}"
+                    )
+                    break
             messages = [commit_message(p)[0] for p in piece.patches]
             descriptions.append(
                 (
