@@ -40,6 +40,14 @@ def run(code, check):
     return result.stdout
 
 
+# run after a block: prints whether the block's op has a Torch-TensorRT converter
+CONVERTER_OF = (
+    "from torch_tensorrt.dynamo.conversion._ConverterRegistry import "
+    "DYNAMO_CONVERTERS\n"
+    "print(torch.ops.my.{op}.default in DYNAMO_CONVERTERS)\n"
+)
+
+
 def test_the_readme_has_the_blocks_this_test_knows():
     assert len(blocks("python")) == 2
     assert len(blocks("json")) == 1
@@ -48,12 +56,7 @@ def test_the_readme_has_the_blocks_this_test_knows():
 
 def test_the_converter_convention_block():
     (code,) = [b for b in blocks("python") if "dynamo_tensorrt_converter" in b]
-    out = run(
-        code,
-        "from torch_tensorrt.dynamo.conversion._ConverterRegistry import "
-        "DYNAMO_CONVERTERS\n"
-        "print(torch.ops.my.increment_.default in DYNAMO_CONVERTERS)",
-    )
+    out = run(code, CONVERTER_OF.format(op="increment_"))
     assert out.strip().splitlines()[-1] == "True"
 
 
@@ -72,10 +75,7 @@ def test_the_plugin_block():
     (code,) = [b for b in blocks("python") if "trtp.register" in b]
     out = run(
         code,
-        "from torch_tensorrt.dynamo.conversion._ConverterRegistry import "
-        "DYNAMO_CONVERTERS\n"
-        "import tensorrt as trt\n"
-        "print(torch.ops.my.add_one_.default in DYNAMO_CONVERTERS)\n"
+        CONVERTER_OF.format(op="add_one_") + "import tensorrt as trt\n"
         "creator = trt.get_plugin_registry().get_creator('add_one_', '1', 'my')\n"
         "print(creator is not None)",
     )

@@ -38,12 +38,21 @@ are tested on the CPU (``tests/patchset/test_bench_kv_state_update.py``).
 import argparse
 import json
 import os
-import statistics
 import sys
 import tempfile
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from state_update import (  # noqa: E402  (its sibling, for the shared parts)
+    _timed,
+    _trt,
+    bind_addresses,
+    bind_buffers,
+    flatness,
+    flatness_lines,
+)
 
 HEADS, HEAD_DIM = 8, 128
 FRACTION = 1000  # 1 / fraction of the state written per step (0.1%)
@@ -59,7 +68,6 @@ ENGINE_WAYS = ("in_place_engine", "copy_back_engine", "same_address_engine")
 TARGET_MIB = 1024
 TARGET_VS_TORCH = 2.0  # in place within 2x of PyTorch's own in-place kernel
 TARGET_VS_COPY_BACK = 50.0  # and at least 50x faster than copy-back
-FLAT = 2.0  # flat: at most 2x slower on the largest state than on the smallest
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
@@ -108,14 +116,7 @@ def verdicts(results: Mapping[int, Mapping[str, float]]) -> Dict[str, Any]:
 
     ``results`` maps state MiB -> way -> median step ms.
     """
-    sizes = sorted(results)
-    flat = {}
-    if len(sizes) > 1:
-        for way in WAYS:
-            small, large = results[sizes[0]].get(way), results[sizes[-1]].get(way)
-            if small and large:
-                flat[way] = large / small <= FLAT
-    out: Dict[str, Any] = {"flat": flat, "targets": None}
+    out: Dict[str, Any] = {"flat": flatness(results, WAYS), "targets": None}
     at = results.get(TARGET_MIB, {})
     if all(at.get(w) for w in ("torch", "in_place_engine", "copy_back_engine")):
         vs_torch = at["in_place_engine"] / at["torch"]
@@ -132,16 +133,7 @@ def verdicts(results: Mapping[int, Mapping[str, float]]) -> Dict[str, Any]:
 
 def describe(verdict: Mapping[str, Any]) -> List[str]:
     """The verdicts as sentences."""
-    lines = []
-    flat = verdict["flat"]
-    if flat:
-        lines.append(
-            f"flat in the state size (largest <= {FLAT:g}x smallest): "
-            f"{', '.join(w for w in flat if flat[w]) or 'none'}"
-        )
-        lines.append(
-            f"grows with the state: {', '.join(w for w in flat if not flat[w]) or 'none'}"
-        )
+    lines = flatness_lines(verdict["flat"])
     t = verdict["targets"]
     if t is None:
         lines.append(
@@ -209,34 +201,20 @@ def _engine(module: torch.nn.Module, args: Sequence[torch.Tensor]) -> Tuple[Any,
     return engine, aliases
 
 
-def _timed(run: Callable[[], Any], stream: torch.cuda.Stream, steps: int) -> float:
-    times = []
-    with torch.cuda.stream(stream):
-        run()  # warm-up
-        for _ in range(steps):
-            start, end = torch.cuda.Event(True), torch.cuda.Event(True)
-            start.record(stream)
-            run()
-            end.record(stream)
-            end.synchronize()
-            times.append(start.elapsed_time(end))
-    return statistics.median(times)
-
-
 def _runner(
     way: str, cache: torch.Tensor, update: torch.Tensor, position: int
 ) -> Tuple[Callable[[], Any], Dict[str, Any]]:
     """A callable doing one step of ``way`` on ``cache``, and facts about it."""
     import torch_tensorrt
 
-    three_d = way.startswith(("copy_back", "same_address"))
-    state = cache.view(cache.shape[1:]) if three_d else cache
-    new = update.view(update.shape[1:]) if three_d else update
-    module = (Write3d if three_d else Write4d)(position)
     if way == "torch":
         return (
             lambda: cache[:, :, position : position + update.shape[2], :].copy_(update)
         ), {}
+    three_d = way.startswith(("copy_back", "same_address"))
+    state = cache.view(cache.shape[1:]) if three_d else cache
+    new = update.view(update.shape[1:]) if three_d else update
+    module = (Write3d if three_d else Write4d)(position)
     if way.endswith("_module"):
         ep = torch.export.export(module, (state, new))
         compiled = torch_tensorrt.dynamo.compile(
@@ -247,9 +225,6 @@ def _runner(
     from torch_tensorrt.dynamo.lowering._mutation_write_backs import (
         check_in_place_bindings,
     )
-
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from state_update import _trt, bind_addresses, bind_buffers
 
     trt = _trt()
     engine_bytes, aliases = _engine(module, (state, new))

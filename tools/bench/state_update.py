@@ -117,19 +117,41 @@ def format_row(mib: int, times_ms: Mapping[str, float], ways: Sequence[str]) -> 
     return " | ".join(cells)
 
 
+def flatness(
+    results: Mapping[int, Mapping[str, float]], ways: Sequence[str]
+) -> Dict[str, bool]:
+    """Way -> whether its step on the largest state is at most FLAT x the smallest's.
+
+    ``results`` maps state MiB -> way -> median step ms; a way timed at only
+    one of the two sizes is left out.
+    """
+    sizes = sorted(results)
+    flat = {}
+    if len(sizes) > 1:
+        for way in ways:
+            small, large = results[sizes[0]].get(way), results[sizes[-1]].get(way)
+            if small and large:
+                flat[way] = large / small <= FLAT
+    return flat
+
+
+def flatness_lines(flat: Mapping[str, bool]) -> List[str]:
+    """:func:`flatness` as sentences (none when nothing was compared)."""
+    if not flat:
+        return []
+    return [
+        f"flat in the state size (largest <= {FLAT:g}x smallest): "
+        f"{', '.join(w for w in flat if flat[w]) or 'none'}",
+        f"grows with the state: {', '.join(w for w in flat if not flat[w]) or 'none'}",
+    ]
+
+
 def verdicts(results: Mapping[int, Mapping[str, float]]) -> Dict[str, Any]:
     """Which ways are flat in the state size, and the targets at TARGET_MIB.
 
     ``results`` maps state MiB -> way -> median step ms.
     """
-    sizes = sorted(results)
-    flat = {}
-    if len(sizes) > 1:
-        for way in WAYS:
-            small, large = results[sizes[0]].get(way), results[sizes[-1]].get(way)
-            if small and large:
-                flat[way] = large / small <= FLAT
-    out: Dict[str, Any] = {"flat": flat, "targets": None}
+    out: Dict[str, Any] = {"flat": flatness(results, WAYS), "targets": None}
     at = results.get(TARGET_MIB)
     modes = {m: at[m] for m in IN_PLACE_MODES if at and at.get(m)}
     if modes and at.get("triton") and at.get("copy_back"):
@@ -149,16 +171,7 @@ def verdicts(results: Mapping[int, Mapping[str, float]]) -> Dict[str, Any]:
 
 def describe(verdict: Mapping[str, Any]) -> List[str]:
     """The verdicts as sentences."""
-    lines = []
-    flat = verdict["flat"]
-    if flat:
-        lines.append(
-            "flat in the state size (largest <= "
-            f"{FLAT:g}x smallest): {', '.join(w for w in flat if flat[w]) or 'none'}"
-        )
-        lines.append(
-            f"grows with the state: {', '.join(w for w in flat if not flat[w]) or 'none'}"
-        )
+    lines = flatness_lines(verdict["flat"])
     t = verdict["targets"]
     if t is None:
         lines.append(

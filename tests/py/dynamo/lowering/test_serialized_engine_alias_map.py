@@ -53,21 +53,15 @@ def _kv_args(batch=2):
 
 
 def _alias_map(module, args, **kwargs):
+    """The serialized engine of ``module`` and its alias map's entries."""
     import json
     import tempfile
 
-    ep = torch.export.export(module, tuple(a.clone() for a in args))
     with tempfile.TemporaryDirectory() as tmp:
-        engine = (
-            torch_tensorrt.dynamo.convert_exported_program_to_serialized_trt_engine(
-                ep,
-                arg_inputs=list(args),
-                min_block_size=1,
-                alias_map_path=f"{tmp}/aliases.json",
-                **kwargs,
-            )
+        engine, _, _ = _build_engine(
+            module, args, min_block_size=1, alias_map_path=f"{tmp}/a.json", **kwargs
         )
-        with open(f"{tmp}/aliases.json") as f:
+        with open(f"{tmp}/a.json") as f:
             return engine, json.load(f)["aliases"]
 
 
