@@ -10,8 +10,8 @@ a new state and the caller copies it back. The CPU tests build each engine
 with TensorRT-RTX and read its alias map. The GPU tests run the engines over
 several steps against eager.
 
-``tools``' README check compares the README's table of these patterns with
-``PATTERNS``, so the table cannot drift from what the tests show.
+The project's README shows ``PATTERNS`` as a table, and a test of the project
+checks that the table is this list.
 """
 
 import copy
@@ -255,7 +255,8 @@ PATTERNS = [
         lambda: (torch.zeros(4, 16), torch.randn(4, 16)),
         COPY,
         "every element changes: the engine computes a new state (an in-place "
-        "plugin can write it in place instead: the alias map's `user` binding)",
+        "plugin writes it in place instead: binding `declared_alias` or "
+        "`same_address`)",
     ),
 ]
 
