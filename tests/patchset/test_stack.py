@@ -24,6 +24,7 @@ def test_the_real_stack_is_the_series_in_order():
         "buffer-state",
         "runtime",
         "docs",
+        "kv-state",
     ]
     assert [p.name for piece in pieces for p in piece.patches] == [
         p.name for p in series.read_series()
