@@ -8,6 +8,9 @@ layer's output is left without a shape. The build then fails further on with
 "Could not get tensor shape", naming neither the layer nor the type. Measured
 with TensorRT-RTX 1.6.1 for Int8, Int32, Int64, UInt8, Bool and FP8 caches.
 
+TensorRT's operator reference gives the same types for standard TensorRT
+(KVCacheUpdate, "T: float32, float16, bfloat16").
+
 The callers check the cache's type before they choose the layer. A write that
 fails the check keeps the scatter path: the engine computes the new state and
 the caller copies it back, as for any state the layer cannot take.
