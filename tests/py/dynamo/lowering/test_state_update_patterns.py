@@ -48,6 +48,15 @@ class SliceCopy(torch.nn.Module):
         return new * 2
 
 
+class SliceAtLength(torch.nn.Module):
+    """Writes one position at the length of ``prefix``: a position known only at run time."""
+
+    def forward(self, cache, prefix, new):
+        p = prefix.shape[2]
+        cache[:, :, p : p + 1, :] = new
+        return new * 2
+
+
 class IndexCopy(torch.nn.Module):
     def forward(self, cache, position, new):
         cache.index_copy_(2, position, new)
@@ -121,7 +130,7 @@ class Pattern:
     result: str  # IN_PLACE or COPY
     why: str
     settings: Dict[str, object] = dataclasses.field(default_factory=dict)
-    # {argument index: dim} made dynamic (1 to 8), for a dynamic batch
+    # {argument index: dim} made dynamic (1 to 8): a dynamic batch or size
     dynamic: Optional[Dict[int, int]] = None
 
 
@@ -216,6 +225,17 @@ PATTERNS = [
         dynamic={0: 0, 1: 0},
     ),
     Pattern(
+        "`cache[:, :, p:p+1, :] = new`",
+        "4-D input, `p` a dynamic size (`prefix.shape[2]`)",
+        SliceAtLength,
+        lambda: (torch.zeros(1, 4, 16, 8), torch.zeros(1, 4, 3, 8), _kv(1, 1)[1]),
+        COPY,
+        "2.14.0's lowering turns a slice with symbolic bounds into a scatter "
+        "(`decompose_dynamic_slice_scatter`); `index_copy_` with a position tensor "
+        "goes in place",
+        dynamic={1: 2},
+    ),
+    Pattern(
         "`cache[:, :, p:p+n, :] = new`",
         "4-D input, int32 (also int64, bool)",
         SliceWrite,
@@ -269,7 +289,7 @@ def _export(pattern):
         return module, ep, list(args)
     dims = {}
     for i, dim in pattern.dynamic.items():
-        dims.setdefault(i, {})[dim] = torch.export.Dim("batch", min=1, max=8)
+        dims.setdefault(i, {})[dim] = torch.export.Dim("size", min=1, max=8)
     shapes = tuple(dims.get(i) for i in range(len(args)))
     ep = torch.export.export(copy.deepcopy(module), _clone(args), dynamic_shapes=shapes)
     inputs = []
