@@ -15,7 +15,11 @@ if TOOLS not in sys.path:
     sys.path.insert(0, TOOLS)
 
 
+import importlib.util  # noqa: E402
+
 import pytest  # noqa: E402
+
+BENCH = os.path.join(TOOLS, "bench")
 
 CALLER = ("Test Caller", "caller@example.org")
 
@@ -25,3 +29,18 @@ def caller_identity(monkeypatch):
     """The git identity of whoever exports: a fresh CI machine has none configured."""
     monkeypatch.setenv("GIT_AUTHOR_NAME", CALLER[0])
     monkeypatch.setenv("GIT_AUTHOR_EMAIL", CALLER[1])
+
+
+@pytest.fixture(scope="session")
+def bench_script():
+    """Loads a benchmark script of tools/bench by name, as a module."""
+
+    def load(name):
+        spec = importlib.util.spec_from_file_location(
+            f"bench_{name}", os.path.join(BENCH, f"{name}.py")
+        )
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+
+    return load

@@ -1,27 +1,15 @@
 """The CPU-testable parts of the GPU benchmark tools/bench/kv_state_update.py."""
 
-import importlib.util
-import os
 import subprocess
 import sys
 
 import pytest
 import torch
 
-SCRIPT = os.path.join(
-    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
-    "tools",
-    "bench",
-    "kv_state_update.py",
-)
-
 
 @pytest.fixture(scope="module")
-def bench():
-    spec = importlib.util.spec_from_file_location("bench_kv_state_update", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)  # touches no GPU
-    return module
+def bench(bench_script):
+    return bench_script("kv_state_update")  # touches no GPU
 
 
 def test_shapes_write_at_most_a_thousandth(bench):
@@ -57,13 +45,16 @@ def test_verdicts_and_their_sentences(bench):
         "copy_back_engine": False,
     }
     targets = verdict["targets"]
-    assert targets["vs_torch"] == pytest.approx(0.013 / 0.011)
-    assert targets["vs_torch_met"] and targets["speedup_met"]
+    assert targets["mode"] == "in_place_engine" and targets["bound"] == "torch"
+    assert targets["vs_bound"] == pytest.approx(0.013 / 0.011)
+    assert targets["vs_bound_met"] and targets["speedup_met"]
     text = "\n".join(bench.describe(verdict))
     assert "grows with the state: copy_back_engine" in text
-    assert "77x faster than copy_back_engine" in text and "MISSED" not in text
+    assert "1.18x PyTorch's in-place copy (target <= 2x): met" in text
+    assert "76.9x faster than copy_back_engine (target >= 50x): met" in text
     slow = bench.verdicts({1024: dict(results[1024], in_place_engine=0.5)})
-    assert not slow["targets"]["vs_torch_met"] and not slow["targets"]["speedup_met"]
+    assert not slow["targets"]["vs_bound_met"] and not slow["targets"]["speedup_met"]
+    assert "MISSED" in "\n".join(bench.describe(slow))
     assert "targets: not evaluated" in "\n".join(
         bench.describe(bench.verdicts({16: results[16]}))
     )
@@ -83,9 +74,11 @@ def test_arguments(bench):
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU message")
-def test_without_a_gpu_one_sentence_and_exit_2():
+def test_without_a_gpu_one_sentence_and_exit_2(bench):
     result = subprocess.run(
-        [sys.executable, SCRIPT, "--sizes-mib", "16"], capture_output=True, text=True
+        [sys.executable, bench.__file__, "--sizes-mib", "16"],
+        capture_output=True,
+        text=True,
     )
     assert result.returncode == 2
     assert result.stderr.strip() == (

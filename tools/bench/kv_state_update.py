@@ -48,11 +48,16 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from state_update import (  # noqa: E402  (its sibling, for the shared parts)
     _timed,
     _trt,
+    bench_parser,
     bind_addresses,
     bind_buffers,
     flatness,
-    flatness_lines,
+    parse_bench_args,
+    target_lines,
+    targets_at,
 )
+from state_update import format_row as shared_format_row  # noqa: E402
+from state_update import header as shared_header  # noqa: E402
 
 HEADS, HEAD_DIM = 8, 128
 FRACTION = 1000  # 1 / fraction of the state written per step (0.1%)
@@ -71,23 +76,7 @@ TARGET_VS_COPY_BACK = 50.0  # and at least 50x faster than copy-back
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument(
-        "--sizes-mib", type=int, nargs="+", default=[16, 64, 256, 1024, 4096]
-    )
-    parser.add_argument("--steps", type=int, default=50)
-    parser.add_argument(
-        "--ways",
-        nargs="+",
-        choices=WAYS,
-        default=list(WAYS),
-        help="which ways to time (default: all)",
-    )
-    parser.add_argument("--json", metavar="PATH", help="write the results as JSON")
-    args = parser.parse_args(argv)
-    if args.steps < 1 or min(args.sizes_mib) < 1:
-        parser.error("--steps and --sizes-mib must be positive")
-    return args
+    return parse_bench_args(bench_parser(__doc__.split("\n")[0], WAYS), argv)
 
 
 def shapes_of(mib: int) -> Tuple[Tuple[int, int, int, int], int, int]:
@@ -100,15 +89,11 @@ def shapes_of(mib: int) -> Tuple[Tuple[int, int, int, int], int, int]:
 
 
 def header(ways: Sequence[str]) -> str:
-    return " | ".join(["state MiB"] + [f"{w:>19}" for w in ways])
+    return shared_header(ways, width=19)
 
 
 def format_row(mib: int, times_ms: Mapping[str, float], ways: Sequence[str]) -> str:
-    cells = [f"{mib:9d}"]
-    for w in ways:
-        t = times_ms.get(w)
-        cells.append(f"{'-':>19}" if t is None else f"{t * 1000:16.1f} us")
-    return " | ".join(cells)
+    return shared_format_row(mib, times_ms, ways, width=19, unit="us")
 
 
 def verdicts(results: Mapping[int, Mapping[str, float]]) -> Dict[str, Any]:
@@ -116,39 +101,28 @@ def verdicts(results: Mapping[int, Mapping[str, float]]) -> Dict[str, Any]:
 
     ``results`` maps state MiB -> way -> median step ms.
     """
-    out: Dict[str, Any] = {"flat": flatness(results, WAYS), "targets": None}
-    at = results.get(TARGET_MIB, {})
-    if all(at.get(w) for w in ("torch", "in_place_engine", "copy_back_engine")):
-        vs_torch = at["in_place_engine"] / at["torch"]
-        vs_copy = at["copy_back_engine"] / at["in_place_engine"]
-        out["targets"] = {
-            "state_mib": TARGET_MIB,
-            "vs_torch": vs_torch,
-            "vs_torch_met": vs_torch <= TARGET_VS_TORCH,
-            "speedup_vs_copy_back": vs_copy,
-            "speedup_met": vs_copy >= TARGET_VS_COPY_BACK,
-        }
-    return out
+    return {
+        "flat": flatness(results, WAYS),
+        "targets": targets_at(
+            results.get(TARGET_MIB, {}),
+            TARGET_MIB,
+            ("in_place_engine",),
+            "torch",
+            "copy_back_engine",
+            TARGET_VS_TORCH,
+            TARGET_VS_COPY_BACK,
+        ),
+    }
 
 
 def describe(verdict: Mapping[str, Any]) -> List[str]:
     """The verdicts as sentences."""
-    lines = flatness_lines(verdict["flat"])
-    t = verdict["targets"]
-    if t is None:
-        lines.append(
-            "targets: not evaluated (needs torch, in_place_engine and "
-            f"copy_back_engine at {TARGET_MIB} MiB)"
-        )
-    else:
-        lines.append(
-            f"target at {t['state_mib']} MiB: in_place_engine is {t['vs_torch']:.2f}x "
-            f"PyTorch's in-place copy (target <= {TARGET_VS_TORCH:g}x): "
-            f"{'met' if t['vs_torch_met'] else 'MISSED'}; "
-            f"{t['speedup_vs_copy_back']:.0f}x faster than copy_back_engine (target "
-            f">= {TARGET_VS_COPY_BACK:g}x): {'met' if t['speedup_met'] else 'MISSED'}"
-        )
-    return lines
+    return target_lines(
+        verdict,
+        "PyTorch's in-place copy",
+        "torch, in_place_engine and copy_back_engine",
+        TARGET_MIB,
+    )
 
 
 def missing_requirement() -> Optional[str]:

@@ -33,7 +33,7 @@ COPY = "copy"
 
 # ----------------------------------------------------------------------------
 # Models: each writes its state and returns something else, so that only the
-# write is under test. ``batch`` and ``dtype`` size the state.
+# write is under test.
 
 
 class SliceWrite(torch.nn.Module):
@@ -58,8 +58,12 @@ class SliceAtLength(torch.nn.Module):
 
 
 class IndexCopy(torch.nn.Module):
+    def __init__(self, dim=2):
+        super().__init__()
+        self.dim = dim
+
     def forward(self, cache, position, new):
-        cache.index_copy_(2, position, new)
+        cache.index_copy_(self.dim, position, new)
         return new * 2
 
 
@@ -86,21 +90,11 @@ class BufferIndexCopy(torch.nn.Module):
         return self.cache.sum(dim=2)
 
 
-class SliceWrite3d(torch.nn.Module):
-    def forward(self, cache, new):
-        cache[:, 5:7, :] = new
-        return new * 2
-
-
 class SliceWriteAxis1(torch.nn.Module):
+    """Positions 5..6 of axis 1, for a state of any rank."""
+
     def forward(self, cache, new):
-        cache[:, 5:7, :, :] = new
-        return new * 2
-
-
-class RowsIndexCopy(torch.nn.Module):
-    def forward(self, state, rows, new):
-        state.index_copy_(0, rows, new)
+        cache[:, 5:7] = new
         return new * 2
 
 
@@ -247,7 +241,7 @@ PATTERNS = [
     Pattern(
         "`cache[:, p:p+n, :] = new`",
         "3-D input `[B, S, D]`",
-        SliceWrite3d,
+        SliceWriteAxis1,
         lambda: tuple(t[:, 0].contiguous() for t in _kv()),
         COPY,
         "the layer takes caches of 4 dims only",
@@ -263,7 +257,7 @@ PATTERNS = [
     Pattern(
         "`state.index_copy_(0, rows, new)`",
         "2-D input `[N, D]`, two rows",
-        RowsIndexCopy,
+        lambda: IndexCopy(dim=0),
         lambda: (torch.zeros(64, 8), torch.tensor([3, 9]), torch.randn(2, 8)),
         COPY,
         "not a 4-D cache written along axis 2",
