@@ -115,6 +115,15 @@ def expose_write_backs(
     )
     name_of_input = dict(zip(placeholders, input_names))
 
+    # An engine's outputs are flat, and the interpreter appends the aliased
+    # outputs of layers such as IKVCacheUpdateLayer after the graph's own: the
+    # model's output spec (ExportedProgram.module() unflattens by it) would
+    # not match them
+    codegen = gm.graph._codegen
+    if isinstance(codegen, torch.fx.graph._PyTreeCodeGen):
+        codegen.pytree_info = codegen.pytree_info._replace(out_spec=None)
+        gm.recompile()
+
     output_node = next(n for n in gm.graph.nodes if n.op == "output")
     outputs = list(output_node.args[0])
     write_backs = [n for n in gm.graph.nodes if is_write_back(n)]
@@ -189,11 +198,6 @@ def expose_write_backs(
         gm.graph.erase_node(node)
 
     output_node.args = (tuple(new_outputs),)
-    codegen = gm.graph._codegen
-    if isinstance(codegen, torch.fx.graph._PyTreeCodeGen):
-        # ExportedProgram.module() unflattens outputs by the model's spec
-        _, out_spec = torch.utils._pytree.tree_flatten(tuple(new_outputs))
-        codegen.pytree_info = codegen.pytree_info._replace(out_spec=out_spec)
     gm.graph.lint()
     gm.recompile()
     gm.meta["_output_binding_names"] = names
@@ -242,11 +246,14 @@ def network_in_place_updates(
                 f"from '{w.output_name}' instead."
             )
         result.append(replace(w, update="copy", binding=None))
-    # A state TensorRT writes in place with no write-back to carry (a lifted
-    # buffer predicted to be a KV cache has none): its alias is the engine's own
-    covered = {w.output_name for w in result} | {w.input_name for w in result}
+    # Every other output TensorRT aliases to an input is listed as well: a
+    # state with no write-back to carry (a lifted buffer predicted to be a KV
+    # cache has none), or a side-effect output the interpreter appended beside
+    # the write-back of the same state. TensorRT refuses to run with such an
+    # output bound anywhere but its input, so a caller must know it.
+    covered = {w.output_name for w in result}
     for output_name, (input_name, kind) in aliased_io.items():
-        if kind != "user" and not {output_name, input_name} & covered:
+        if kind != "user" and output_name not in covered:
             result.append(WriteBack(input_name, output_name, "in_place", "engine"))
     return result
 

@@ -44,7 +44,10 @@ from test_lower_auto_functionalized import (
 from torch.testing._internal.common_utils import TestCase, run_tests
 from torch_tensorrt.dynamo import _compiler
 from torch_tensorrt.dynamo.conversion import interpret_module_to_result
-from torch_tensorrt.dynamo.runtime._TorchTensorRTModule import user_output_count
+from torch_tensorrt.dynamo.runtime._TorchTensorRTModule import (
+    graph_output_count,
+    user_output_count,
+)
 
 
 class StandInEngineModule(torch.nn.Module):
@@ -62,6 +65,7 @@ class StandInEngineModule(torch.nn.Module):
         self.input_binding_names = list(result.input_names)
         self.output_binding_names = list(result.output_names)
         self.aliased_io = dict(result.aliased_io or {})
+        self.symbolic_shape_expressions = result.symbolic_shape_expressions
         self.output_tensors_unowned = False
 
     def setup_engine(self):
@@ -95,7 +99,11 @@ class StandInEngineModule(torch.nn.Module):
                 value = target
             outputs.append(value)
         outputs = outputs[
-            : user_output_count(self.output_binding_names, self.aliased_io)
+            : user_output_count(
+                self.output_binding_names,
+                self.aliased_io,
+                graph_output_count(self.symbolic_shape_expressions),
+            )
         ]
         if len(outputs) == 1:
             return outputs[0]
