@@ -132,11 +132,94 @@ class TestBufferStateWithStandInEngines(TestCase):
                 self.assertEqual(trt(*args, **kwargs), cls()(x.clone()))
 
 
+class DictInputState(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("state", torch.zeros(4, 16))
+
+    def forward(self, inputs):
+        self.state.add_(inputs["x"])
+        return torch.relu(inputs["y"] + self.state)
+
+
+class KeywordInputState(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("state", torch.zeros(4, 16))
+
+    def forward(self, x, *, scale):
+        self.state.add_(x * scale)
+        return self.state * 2
+
+
+def _model_argument_cases(device="cpu"):
+    """(model, args, kwargs) whose inputs are not one flat tensor per argument."""
+    x, y, scale = (t.to(device) for t in _inputs(3))
+    return [
+        (DictInputState, ({"x": x, "y": y},), {}),
+        (KeywordInputState, (x,), {"scale": scale}),
+    ]
+
+
+def _copy(tree):
+    return torch.utils._pytree.tree_map(torch.clone, tree)
+
+
+def _compile_with_kwargs(module, args, kwargs, device="cpu"):
+    ep = torch.export.export(copy.deepcopy(module), _copy(args), _copy(kwargs))
+    return torch_tensorrt.dynamo.compile(
+        ep,
+        arg_inputs=list(_copy(args)),
+        kwarg_inputs=_copy(kwargs),
+        min_block_size=1,
+    )
+
+
+def _check_model_arguments(testcase, trt, eager, args, kwargs):
+    """Called as eager is, and per ``_in_spec`` (whole-graph CUDA graphs)."""
+    for step in range(3):
+        testcase.assertEqual(
+            trt(*_copy(args), **_copy(kwargs)),
+            eager(*_copy(args), **_copy(kwargs)),
+            msg=f"step {step}",
+        )
+        testcase.assertEqual(trt.get_buffer("state"), eager.state)
+    flat = torch.utils._pytree.tree_leaves((_copy(args), _copy(kwargs)))
+    spec_args, spec_kwargs = torch.utils._pytree.tree_unflatten(flat, trt._in_spec)
+    testcase.assertEqual(
+        trt(*spec_args, **spec_kwargs), eager(*_copy(args), **_copy(kwargs))
+    )
+
+
+@unittest.skipIf(not CPU_BUILDER, NEEDS_CPU_BUILDER)
+class TestModelArgumentsWithLiftedBuffers(TestCase):
+    """The compiled module of a model that writes a buffer takes the model's own
+    arguments (a dict, keyword arguments), as its ExportedProgram's module does."""
+
+    def test_called_as_the_model_and_per_its_input_spec(self):
+        from test_compile_with_stand_in_engines import engines_built_execution_stood_in
+
+        for cls, args, kwargs in _model_argument_cases():
+            with self.subTest(cls.__name__):
+                with engines_built_execution_stood_in() as built:
+                    trt = _compile_with_kwargs(cls(), args, kwargs)
+                self.assertTrue(built, "no engine was built")
+                ep = torch.export.export(cls(), _copy(args), _copy(kwargs))
+                self.assertEqual(trt._in_spec, ep.call_spec.in_spec)
+                _check_model_arguments(self, trt, cls(), args, kwargs)
+
+
 @unittest.skipIf(
     not torch.cuda.is_available(),
     "Running TensorRT engines needs a CUDA device; this host has none.",
 )
 class TestBufferStateOnGpu(TestCase):
+    def test_model_arguments(self):
+        for cls, args, kwargs in _model_argument_cases("cuda"):
+            with self.subTest(cls.__name__, runtime=RUNTIME):
+                trt = _compile_with_kwargs(cls().cuda(), args, kwargs)
+                _check_model_arguments(self, trt, cls().cuda(), args, kwargs)
+
     def _compile(self, module, args):
         ep = torch.export.export(copy.deepcopy(module), _clone(args))
         return torch_tensorrt.dynamo.compile(

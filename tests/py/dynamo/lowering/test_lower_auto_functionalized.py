@@ -861,6 +861,76 @@ class TestSerializedEngineOnCpu(TestCase):
             self._build(NoConverter(), _inputs(1))
 
 
+class WriteThenScale(torch.nn.Module):
+    """A KV write whose result the graph reads (``mul``) but does not return."""
+
+    def forward(self, cache, u):
+        cache[:, :, 3:4, :] = u
+        cache.mul_(2)
+        return u * 2
+
+
+class AddToSlab(torch.nn.Module):
+    def forward(self, cache, u):
+        cache[:, :, 4:6, :] += u
+        return u * 2
+
+
+class TwoSlabs(torch.nn.Module):
+    def forward(self, cache, u):
+        cache[:, :, 1:3, :] = u
+        cache[:, :, 8:10, :] = u + 1
+        return u * 2
+
+
+def _cache_and_update(n=2):
+    torch.manual_seed(0)
+    return torch.zeros(2, 4, 16, 8), torch.randn(2, 4, n, 8)
+
+
+@unittest.skipIf(not CPU_BUILDER, NEEDS_CPU_BUILDER)
+class TestAppendedAliasedOutputs(TestCase):
+    """An aliased output the interpreter appends (a KV write the graph does not
+    return) gets a name of its own when the engine's outputs are named."""
+
+    def _check_names(self, result, graph_outputs):
+        names = result.output_names
+        self.assertEqual(len(set(names)), len(names), names)
+        # every output past the graph's own is an aliased side effect
+        for name in names[len(graph_outputs) :]:
+            self.assertIn(name, result.aliased_io)
+        self.assertEqual(names[: len(graph_outputs)], graph_outputs)
+
+    def test_output_binding_names_with_an_appended_output(self):
+        args = _cache_and_update(1)
+        _, gm, result = _build_engine(
+            WriteThenScale(),
+            args,
+            min_block_size=1,
+            output_binding_names="output2",  # the model returns one tensor
+        )
+        self._check_names(result, ["output2", "cache_new"])
+        # the appended output's default name, output2, is taken: made unique
+        self.assertEqual(result.output_names, ["output2", "cache_new", "_output2"])
+        self.assertEqual(result.aliased_io, {"_output2": ("cache", "kv_cache_update")})
+        # the graph's outputs are flat: the engine's extra output is the
+        # interpreter's, not the graph's
+        eager_args = _clone(args)
+        expected = WriteThenScale()(*eager_args)
+        self.assertEqual(list(gm(*_clone(args))), [expected, eager_args[0]])
+
+    def test_states_written_more_than_once_build(self):
+        for module in (AddToSlab(), TwoSlabs()):
+            with self.subTest(type(module).__name__):
+                args = _cache_and_update()
+                _, gm, result = _build_engine(module, args, min_block_size=1)
+                self._check_names(result, ["output0", "cache_new"])
+                outputs = gm(*_clone(args))
+                eager_args = _clone(args)
+                expected = module(*eager_args)
+                self.assertEqual(list(outputs[:2]), [expected, eager_args[0]])
+
+
 @unittest.skipIf(
     not torch.cuda.is_available(),
     "Running TensorRT engines needs a CUDA device; this host has none.",

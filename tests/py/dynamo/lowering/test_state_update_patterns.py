@@ -29,6 +29,10 @@ from test_lower_auto_functionalized import CPU_BUILDER, NEEDS_CPU_BUILDER, _clon
 from torch.testing._internal.common_utils import TestCase, run_tests
 
 IN_PLACE = "in place, `binding: engine`"
+
+# The length of the written axis: a state of 64 KiB at batch 2, so that a copy of
+# it stands out from what an engine allocates per call.
+S = 256
 COPY = "copy"
 
 # ----------------------------------------------------------------------------
@@ -71,7 +75,7 @@ class BufferSliceWrite(torch.nn.Module):
     def __init__(self, read_after=True, dtype=torch.float32):
         super().__init__()
         self.read_after = read_after
-        self.register_buffer("cache", torch.zeros(2, 4, 16, 8, dtype=dtype))
+        self.register_buffer("cache", torch.zeros(2, 4, S, 8, dtype=dtype))
 
     def forward(self, new):
         self.cache[:, :, 5:7, :] = new
@@ -83,7 +87,7 @@ class BufferSliceWrite(torch.nn.Module):
 class BufferIndexCopy(torch.nn.Module):
     def __init__(self, dtype=torch.float32):
         super().__init__()
-        self.register_buffer("cache", torch.zeros(1, 4, 16, 8, dtype=dtype))
+        self.register_buffer("cache", torch.zeros(1, 4, S, 8, dtype=dtype))
 
     def forward(self, position, new):
         self.cache.index_copy_(2, position, new)
@@ -98,16 +102,69 @@ class SliceWriteAxis1(torch.nn.Module):
         return new * 2
 
 
+class StridedWrite(torch.nn.Module):
+    def forward(self, cache, new):
+        cache[:, :, 0:8:2, :] = new
+        return new * 2
+
+
+class BufferStridedWrite(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("cache", torch.zeros(2, 4, S, 8))
+
+    def forward(self, new):
+        self.cache[:, :, 0:8:2, :] = new
+        return self.cache.sum(dim=2)
+
+
+class AddToSlab(torch.nn.Module):
+    def forward(self, cache, new):
+        cache[:, :, 5:7, :] += new
+        return new * 2
+
+
+class TwoSlabs(torch.nn.Module):
+    def forward(self, cache, new):
+        cache[:, :, 1:3, :] = new
+        cache[:, :, 9:11, :] = new + 1
+        return new * 2
+
+
+class BufferWrittenTwice(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("cache", torch.zeros(2, 4, S, 8))
+
+    def forward(self, new):
+        self.cache[:, :, 1:3, :] = new
+        self.cache[:, :, 9:11, :] = new * 3
+        return new * 2
+
+
+class ReturnsState(torch.nn.Module):
+    def forward(self, cache, new):
+        cache[:, :, 5:7, :] = new
+        return new * 2, cache
+
+
+class FunctionalWrite(torch.nn.Module):
+    """Writes a new tensor: the caller's ``cache`` is not a state of the model."""
+
+    def forward(self, cache, new):
+        return torch.ops.aten.slice_scatter.default(cache, new, 2, 5, 7) * 1.5
+
+
 class AddInPlace(torch.nn.Module):
     def forward(self, x, d):
         x.add_(d)
 
 
 def _kv(batch=2, n=2, dtype=torch.float32):
-    """A ``[batch, 4, 16, 8]`` cache and ``n`` new positions of it."""
+    """A ``[batch, 4, S, 8]`` cache and ``n`` new positions of it."""
     torch.manual_seed(0)
     new = torch.randn(batch, 4, n, 8) * 10
-    return torch.zeros(batch, 4, 16, 8, dtype=dtype), new.to(dtype)
+    return torch.zeros(batch, 4, S, 8, dtype=dtype), new.to(dtype)
 
 
 def _kv_at(position, batch=1, dtype=torch.float32):
@@ -222,7 +279,7 @@ PATTERNS = [
         "`cache[:, :, p:p+1, :] = new`",
         "4-D input, `p` a dynamic size (`prefix.shape[2]`)",
         SliceAtLength,
-        lambda: (torch.zeros(1, 4, 16, 8), torch.zeros(1, 4, 3, 8), _kv(1, 1)[1]),
+        lambda: (torch.zeros(1, 4, S, 8), torch.zeros(1, 4, 3, 8), _kv(1, 1)[1]),
         COPY,
         "2.14.0's lowering turns a slice with symbolic bounds into a scatter "
         "(`decompose_dynamic_slice_scatter`); `index_copy_` with a position tensor "
@@ -263,6 +320,60 @@ PATTERNS = [
         "not a 4-D cache written along axis 2",
     ),
     Pattern(
+        "`cache[:, :, 0:8:2, :] = new`",
+        "4-D input, a strided slice (step 2)",
+        StridedWrite,
+        lambda: _kv(n=4),
+        COPY,
+        "the layer writes a contiguous run (2.14.0 put it on the layer and wrote "
+        "positions 0-3)",
+    ),
+    Pattern(
+        "`self.cache[:, :, 0:8:2, :] = new`",
+        "lifted buffer, a strided slice",
+        BufferStridedWrite,
+        lambda: _kv(n=4)[1:],
+        COPY,
+        "as for an input",
+        LIFTED,
+    ),
+    Pattern(
+        "`cache[:, :, p:p+n, :] += new`",
+        "4-D input",
+        AddToSlab,
+        _kv,
+        COPY,
+        "functionalization makes it a write and a rewrite of the same slab; the "
+        "layer is kept for the last write of a state, whose cache is no longer "
+        "an engine input",
+    ),
+    Pattern(
+        "two slabs, `cache[:, :, a:b, :] = x; cache[:, :, c:d, :] = y`",
+        "4-D input",
+        TwoSlabs,
+        _kv,
+        COPY,
+        "the same: the second write's cache is the first one's result",
+    ),
+    Pattern(
+        "two slabs of `self.cache`",
+        "lifted buffer",
+        BufferWrittenTwice,
+        lambda: _kv()[1:],
+        COPY,
+        "as for an input",
+        LIFTED,
+    ),
+    Pattern(
+        "`cache[:, :, p:p+n, :] = new; return ..., cache`",
+        "4-D input, returned after the write",
+        ReturnsState,
+        _kv,
+        IN_PLACE,
+        "the returned state is the engine output aliased to the input, so the "
+        "module returns the caller's tensor",
+    ),
+    Pattern(
         "`x.add_(d)`",
         "any input",
         AddInPlace,
@@ -275,9 +386,9 @@ PATTERNS = [
 ]
 
 
-def _export(pattern):
-    args = pattern.args()
-    module = pattern.module()
+def _export(pattern, device="cpu"):
+    args = tuple(a.to(device) for a in pattern.args())
+    module = pattern.module().to(device)
     if pattern.dynamic is None:
         ep = torch.export.export(copy.deepcopy(module), _clone(args))
         return module, ep, list(args)
@@ -383,6 +494,49 @@ class TestStateUpdatePatternsOnCpu(TestCase):
                 _, aliases = alias_map(pattern)
                 self.assertEqual(result_of(aliases), pattern.result)
 
+    def test_a_functional_write_never_writes_the_callers_input(self):
+        """``slice_scatter`` on an input the model does not write: no alias."""
+        pattern = Pattern("", "", FunctionalWrite, _kv, "", "")
+        _, aliases = alias_map(pattern)
+        self.assertEqual(aliases, [])
+        args = _kv()
+        trt, built = compile_on_cpu(self, FunctionalWrite(), args)
+        self.assertEqual([e.aliased_io for e in built], [{}])
+        compiled_args = _clone(args)
+        self.assertEqual(trt(*compiled_args), FunctionalWrite()(*_clone(args)))
+        self.assertEqual(compiled_args, args)
+
+    def test_the_cache_type_check_takes_any_dtype(self):
+        from torch_tensorrt._enums import dtype
+        from torch_tensorrt.dynamo.conversion.impl._kv_cache_layer import (
+            kv_cache_dtype_eligible,
+        )
+
+        self.assertTrue(kv_cache_dtype_eligible(torch.bfloat16)[0])
+        for value in (dtype.unknown, "float32", None):
+            with self.subTest(value):
+                eligible, reason = kv_cache_dtype_eligible(value)
+                self.assertFalse(eligible)
+                self.assertIn("is not a tensor dtype", reason)
+
+    def test_a_write_written_again_is_not_final(self):
+        from torch_tensorrt.dynamo.conversion.impl._kv_cache_layer import (
+            kv_write_is_final,
+        )
+
+        ep = torch.export.export(TwoSlabs(), _kv())
+        lowered = ep.run_decompositions({}).module()
+        scatters = [
+            n
+            for n in lowered.graph.nodes
+            if n.target is torch.ops.aten.slice_scatter.default
+        ]
+        self.assertEqual(len(scatters), 2, lowered.code)
+        self.assertEqual(
+            [kv_write_is_final(n)[0] for n in scatters], [False, True], lowered.code
+        )
+        self.assertTrue(kv_write_is_final(None)[0])
+
     def test_non_float_states_in_the_kv_form_build_and_are_copied_back(self):
         for dtype in NON_FLOAT:
             for pattern in _non_float_patterns(dtype):
@@ -422,9 +576,7 @@ class TestStateUpdatePatternsOnCpu(TestCase):
             for pattern in _non_float_patterns(dtype):
                 with self.subTest(f"{pattern.write} on {pattern.state}, {dtype}"):
                     args = pattern.args()
-                    trt, _ = compile_on_cpu(
-                        self, pattern.module(), args, **pattern.settings
-                    )
+                    trt, _ = compile_on_cpu(self, pattern.module(), args)
                     eager = pattern.module()
                     compiled_args, eager_args = _clone(args), _clone(args)
                     for step in range(3):
@@ -438,41 +590,175 @@ class TestStateUpdatePatternsOnCpu(TestCase):
                         )
 
 
+SENTINEL = 7
+
+
+def _args_at_step(pattern, step, device="cpu"):
+    """The pattern's arguments for one step: new values every step, and where the
+    position is an input (a position tensor, a prefix's length), a new position."""
+    args = list(pattern.args())
+    generator = torch.Generator().manual_seed(100 + step)
+    new = args[-1]
+    if new.is_floating_point():
+        args[-1] = (torch.randn(new.shape, generator=generator) * 10).to(new.dtype)
+    elif new.dtype is torch.bool:
+        args[-1] = torch.rand(new.shape, generator=generator) > 0.5
+    else:
+        args[-1] = torch.randint(-99, 99, new.shape, generator=generator).to(new.dtype)
+    for i, arg in enumerate(args[:-1]):
+        if arg.dtype is torch.int64 and arg.dim() == 1:  # write positions
+            args[i] = arg + 2 * step
+        elif pattern.module is SliceAtLength and i == 1:  # the prefix
+            args[i] = torch.zeros(1, 4, 3 + step, 8)
+    return tuple(a.to(device) for a in args)
+
+
+def _lifted(pattern):
+    return "lift_mutable_buffers" in pattern.settings
+
+
+def _state(module, args, pattern):
+    """The state the pattern writes: the module's buffer or its first argument."""
+    return module.cache if _lifted(pattern) else args[0]
+
+
+def _sentinel(state):
+    return True if state.dtype is torch.bool else SENTINEL
+
+
+class StateSteps:
+    """Runs a compiled pattern for several steps against eager (see the GPU class)."""
+
+    device = "cpu"
+
+    def compile(self, pattern):
+        raise NotImplementedError
+
+    def engines(self, trt):
+        """The engine modules of ``trt``: whatever carries an ``aliased_io``."""
+        return [m for m in trt.modules() if hasattr(m, "aliased_io")]
+
+    def allocated(self):
+        """Bytes allocated so far on the device (None where not measured)."""
+        return None
+
+    def steps(self, pattern):
+        module, trt = self.compile(pattern)
+        eager = copy.deepcopy(module)
+        first = _args_at_step(pattern, 0, self.device)
+        compiled_args, eager_args = _clone(first), _clone(first)
+        for m, a in ((eager, eager_args), (trt, compiled_args)):
+            state = _state(m, a, pattern)
+            state.fill_(_sentinel(state))
+        address = _state(trt, compiled_args, pattern).data_ptr()
+        engines = self.engines(trt)
+        self.assertTrue(engines, "no engine was built")
+        aliased = {i for e in engines for i, _ in e.aliased_io.values()}
+        if pattern.result == IN_PLACE:
+            self.assertTrue(aliased, "no engine writes the state in place")
+        else:
+            self.assertFalse(aliased, f"an engine writes {aliased} in place")
+        for step in range(3):
+            if step:  # the state stays, the rest moves on
+                moved = _args_at_step(pattern, step, self.device)
+                keep = 0 if not _lifted(pattern) else -1
+                compiled_args = tuple(
+                    a if i == keep else moved[i].clone()
+                    for i, a in enumerate(compiled_args)
+                )
+                eager_args = tuple(
+                    a if i == keep else moved[i].clone()
+                    for i, a in enumerate(eager_args)
+                )
+            before = self.allocated()
+            out = trt(*compiled_args)
+            after = self.allocated()
+            msg = f"step {step}"
+            self.assertEqual(out, eager(*eager_args), msg=msg)
+            state = _state(trt, compiled_args, pattern)
+            eager_state = _state(eager, eager_args, pattern)
+            # the caller's own memory holds the new state
+            self.assertEqual(state.data_ptr(), address, msg=msg)
+            self.assertEqual(state, eager_state, msg=msg)
+            if pattern.module is not AddInPlace:  # a slab: the rest is untouched
+                sentinels = (state == _sentinel(state)).sum().item()
+                self.assertGreater(sentinels, 0, msg=msg)
+                expected = (eager_state == _sentinel(state)).sum().item()
+                self.assertEqual(sentinels, expected, msg=msg)
+            if pattern.result == IN_PLACE and before is not None:
+                # nothing of the state's size was allocated (a copy, a new state)
+                self.assertLess(after - before, state.nbytes, msg=msg)
+
+
+@unittest.skipIf(not CPU_BUILDER, NEEDS_CPU_BUILDER)
+class TestStateUpdatePatternsWithStandInEngines(StateSteps, TestCase):
+    """The same steps through a real ``compile()`` whose engines TensorRT-RTX
+    builds and whose execution is stood in: the glue around the engines (what is
+    aliased, what is written back, the buffers), not TensorRT."""
+
+    def compile(self, pattern):
+        from test_compile_with_stand_in_engines import engines_built_execution_stood_in
+
+        module, ep, inputs = _export(pattern)
+        with engines_built_execution_stood_in():
+            trt = torch_tensorrt.dynamo.compile(ep, arg_inputs=inputs, min_block_size=1)
+        return module, trt
+
+    def test_each_static_pattern_over_several_steps(self):
+        for pattern in PATTERNS:
+            if pattern.dynamic is not None:
+                continue
+            if _lifted(pattern) and pattern.result == IN_PLACE:
+                # the buffer's new state leaves the engine only as an output the
+                # interpreter appends, which the stand-in cannot compute
+                continue
+            with self.subTest(_label(pattern)):
+                self.steps(pattern)
+
+
 @unittest.skipIf(
     not torch.cuda.is_available(),
     "Running TensorRT engines needs a CUDA device; this host has none.",
 )
-class TestStateUpdatePatternsOnGpu(TestCase):
-    def _steps(self, pattern):
-        """Three calls of the compiled module against eager, state included."""
-        module = pattern.module().cuda()
-        args = tuple(a.cuda() for a in pattern.args())
-        ep = torch.export.export(copy.deepcopy(module), _clone(args))
-        trt = torch_tensorrt.dynamo.compile(
-            ep, arg_inputs=list(_clone(args)), min_block_size=1, **pattern.settings
-        )
-        eager = copy.deepcopy(module)
-        compiled_args, eager_args = _clone(args), _clone(args)
-        for step in range(3):
-            self.assertEqual(
-                trt(*compiled_args), eager(*eager_args), msg=f"step {step}"
-            )
-            self.assertEqual(compiled_args, eager_args, msg=f"step {step}")
-        if "lift_mutable_buffers" in pattern.settings:
-            self.assertEqual(dict(trt.named_buffers())["cache"], eager.cache)
+class TestStateUpdatePatternsOnGpu(StateSteps, TestCase):
+    """Each pattern compiled and run for several steps against eager.
 
-    def test_each_static_pattern_matches_eager_over_several_steps(self):
+    The state starts as a sentinel; positions move between steps where the model
+    takes them at run time. After every step the caller's own state (its tensor,
+    or the compiled module's buffer, at the same address) equals eager's, the
+    sentinel outside the written slab survives, and a pattern filed in place has
+    an engine aliasing the state and allocates less than the state's size during
+    the call: nothing of the state's size is written but the state itself.
+    """
+
+    device = "cuda"
+
+    def compile(self, pattern):
+        # compile() lifts mutated buffers itself: the pattern's settings are for
+        # the serialized-engine path
+        module, ep, inputs = _export(pattern, "cuda")
+        trt = torch_tensorrt.dynamo.compile(ep, arg_inputs=inputs, min_block_size=1)
+        return module, trt
+
+    def engines(self, trt):
+        from torch_tensorrt.dynamo.runtime import TorchTensorRTModule
+
+        return [m for m in trt.modules() if isinstance(m, TorchTensorRTModule)]
+
+    def allocated(self):
+        torch.cuda.synchronize()
+        return torch.cuda.memory_stats()["allocated_bytes.all.allocated"]
+
+    def test_each_pattern_matches_eager_over_several_steps(self):
         for pattern in PATTERNS:
-            if pattern.dynamic is not None:
-                continue
             with self.subTest(_label(pattern)):
-                self._steps(pattern)
+                self.steps(pattern)
 
     def test_non_float_states_match_eager_over_several_steps(self):
         for dtype in NON_FLOAT:
             for pattern in _non_float_patterns(dtype):
                 with self.subTest(f"{pattern.write} on {pattern.state}, {dtype}"):
-                    self._steps(pattern)
+                    self.steps(pattern)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Outputs aliased by in-place plugins (kind ``user``) are never hidden or miscounted.
 
-Pure Python: runs without a GPU. ``kv_cache_update`` aliases keep their old
-treatment (trailing ones are engine side effects).
+Pure Python: runs without a GPU. ``kv_cache_update`` aliases appended after
+the graph's own outputs are engine side effects; one the graph returns is not.
 """
 
 from torch.testing._internal.common_utils import TestCase, run_tests
@@ -9,7 +9,10 @@ from torch_tensorrt.dynamo.lowering._buffer_lifting import (
     aliased_input_bindings,
     assert_predicted_kv_aliased,
 )
-from torch_tensorrt.dynamo.runtime._TorchTensorRTModule import user_output_count
+from torch_tensorrt.dynamo.runtime._TorchTensorRTModule import (
+    graph_output_count,
+    user_output_count,
+)
 
 
 class TestUserOutputCount(TestCase):
@@ -27,6 +30,24 @@ class TestUserOutputCount(TestCase):
 
     def test_no_aliases(self):
         self.assertEqual(user_output_count(["a", "b"], {}), 2)
+
+    def test_the_graph_output_count_is_the_boundary(self):
+        # a KV-written state returned last by the graph is a user output
+        names = ["output0", "output1"]
+        aliased = {"output1": ("cache", "kv_cache_update")}
+        self.assertEqual(user_output_count(names, aliased), 1)  # no count known
+        self.assertEqual(user_output_count(names, aliased, 2), 2)
+        # an appended side effect after it is still hidden
+        aliased["output2"] = ("other", "kv_cache_update")
+        self.assertEqual(user_output_count(names + ["output2"], aliased, 2), 2)
+        # a count that cannot be right is ignored: the trailing rule applies
+        self.assertEqual(user_output_count(names, aliased, 5), 1)
+
+    def test_graph_output_count_reads_the_shape_expressions(self):
+        exprs = {"inputs": [{}], "outputs": [{"shape_exprs": [2]}] * 3}
+        self.assertEqual(graph_output_count(exprs), 3)
+        self.assertIsNone(graph_output_count(None))
+        self.assertIsNone(graph_output_count({"inputs": []}))
 
 
 class TestAliasedInputBindings(TestCase):

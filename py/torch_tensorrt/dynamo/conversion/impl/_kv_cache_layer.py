@@ -21,14 +21,24 @@ functionalization turns into a write and a rewrite of the same slab): the
 second write's base is no longer a network input, so it is a scatter, and the
 first one in place would only add an engine output aliased to the state beside
 the copied-back new value.
+
+Nor is the layer used on a graph input the program never writes: a functional
+``torch.slice_scatter(cache, u, ...)`` or ``cache.clone()`` written and returned
+leaves the caller's ``cache`` unchanged in eager, but the layer writes the
+input's own memory. :func:`forbid_kv_writes_on_unwritten_inputs` marks such
+writes before lowering (``node.meta["_trt_no_kv_alias"]``, the converters'
+existing veto); they are scatters into a new tensor.
 """
 
 from __future__ import annotations
 
-from typing import Any, Optional, Tuple
+import logging
+from typing import Any, Collection, List, Optional, Tuple
 
 import torch
 from torch_tensorrt._enums import dtype
+
+logger = logging.getLogger(__name__)
 
 # The cache types the layer's builder accepts.
 KV_CACHE_DTYPES = (dtype.f32, dtype.f16, dtype.bf16)
@@ -87,3 +97,45 @@ def kv_write_is_final(node: Optional[torch.fx.Node]) -> Tuple[bool, str]:
                     "later write is a scatter, so this one is too"
                 )
     return True, "the last write of its state"
+
+
+def forbid_kv_writes_on_unwritten_inputs(
+    gm: torch.fx.GraphModule, state_inputs: Collection[str] = ()
+) -> List[str]:
+    """Keep ``IKVCacheUpdateLayer`` off graph inputs the program does not write.
+
+    Run on the graph of ``ExportedProgram.module()`` (after buffer lifting,
+    before lowering). A mutated input is written back there by ``aten.copy_``;
+    ``state_inputs`` names the placeholders of lifted buffers, which are
+    written by definition. Every ``slice_scatter`` / ``index_copy`` whose cache
+    is another input (directly, or through a clone that lowering will remove)
+    gets ``node.meta["_trt_no_kv_alias"]``. Returns the names of the marked
+    nodes.
+    """
+    from torch_tensorrt.dynamo.conversion._functionalized_op import is_write_back
+    from torch_tensorrt.dynamo.lowering._buffer_lifting import _effective_cache_input
+
+    written = {
+        n.args[0]
+        for n in gm.graph.nodes
+        if is_write_back(n) and n.args and isinstance(n.args[0], torch.fx.Node)
+    }
+    kv_forms = (torch.ops.aten.slice_scatter.default, torch.ops.aten.index_copy.default)
+    marked = []
+    for node in gm.graph.nodes:
+        if node.op != "call_function" or node.target not in kv_forms:
+            continue
+        if not node.args or not isinstance(node.args[0], torch.fx.Node):
+            continue
+        cache = _effective_cache_input(node.args[0])
+        if cache is None or cache in written or cache.name in state_inputs:
+            continue
+        node.meta["_trt_no_kv_alias"] = True
+        marked.append(node.name)
+        logger.debug(
+            "%s: KV fast path forbidden — its cache is input '%s', which the "
+            "program does not write; the layer would write the caller's tensor",
+            node.name,
+            cache.name,
+        )
+    return marked
