@@ -232,11 +232,16 @@ def check_and_time(way: str, mib: int, steps: int) -> Tuple[float, Dict[str, Any
     expected = cache.clone()
     expected[:, :, position : position + n, :] = update
     run, facts = _runner(way, cache, update, position)
-    address = cache.data_ptr()
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_stats()["allocated_bytes.all.allocated"]
     run()
     torch.cuda.synchronize()
+    allocated = torch.cuda.memory_stats()["allocated_bytes.all.allocated"] - before
     facts["correct"] = bool(torch.equal(cache, expected))
-    facts["same_address"] = cache.data_ptr() == address
+    # what PyTorch allocated during the step: a way that computes a new state
+    # allocates one (copy-back); a way that writes the state in place, less
+    facts["allocated_bytes_per_step"] = allocated
+    facts["allocates_a_new_state"] = allocated >= cache.nbytes
     if not facts["correct"] and way != "same_address_engine":
         raise RuntimeError(f"{way} at {mib} MiB: the state differs from PyTorch's")
     stream = torch.cuda.Stream()

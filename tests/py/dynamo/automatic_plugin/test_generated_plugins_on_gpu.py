@@ -208,7 +208,6 @@ class TestGeneratedPluginsOnGpu(TestCase):
                 x_buffer, x = guarded(x0)
                 y_buffer, y = guarded(y0)
                 y_buffer_before = y_buffer.clone()
-                x_ptr = x.data_ptr()
 
                 expected = x0.clone()
                 op(expected, y0.clone(), alpha)  # the op, eagerly, on copies
@@ -220,7 +219,7 @@ class TestGeneratedPluginsOnGpu(TestCase):
                 enqueue(plugin, [x, y], [x], self.stream)
                 self.assertExactly(x, x0 + 2 * alpha * y0, msg="after two steps")
 
-                self.assertEqual(x.data_ptr(), x_ptr)
+                # x is a view into x_buffer: the values above were written there
                 self.assertGuardsIntact(x_buffer, "state buffer")
                 self.assertExactly(y_buffer, y_buffer_before, msg="read-only input")
 

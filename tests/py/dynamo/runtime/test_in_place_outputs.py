@@ -131,11 +131,53 @@ class TestForwardOnThePythonRuntime(TestCase):
         self.assertEqual([id(t) for t in result], [id(t) for t in outputs[:3]])
 
 
+class TestOutputAllocatorOnTheCppRuntime(TestCase):
+    """The C++ runtime gives every output an allocator on that path, an aliased
+    one included: an engine with aliased outputs keeps the allocator off there."""
+
+    def _module(self, aliased_io):
+        import types
+
+        module = TorchTensorRTModule(
+            name="m", input_binding_names=INPUTS, output_binding_names=OUTPUTS
+        )
+        module.aliased_io = dict(aliased_io)
+        module.engine = types.SimpleNamespace(use_output_allocator_outputs=False)
+        return module
+
+    def _enable(self, module, cpp_runtime):
+        from torch_tensorrt.dynamo.runtime import _TorchTensorRTModule as runtime
+
+        features = runtime.ENABLED_FEATURES._replace(torch_tensorrt_runtime=cpp_runtime)
+        with unittest.mock.patch.object(runtime, "ENABLED_FEATURES", features):
+            module.set_use_output_allocator(True)
+        return module.engine.use_output_allocator_outputs
+
+    def test_an_aliased_engine_keeps_the_allocator_off_with_a_warning(self):
+        module = self._module(ALIASED)
+        with self.assertLogs(
+            "torch_tensorrt.dynamo.runtime._TorchTensorRTModule", "WARNING"
+        ) as logs:
+            self.assertFalse(self._enable(module, cpp_runtime=True))
+        self.assertRegex(
+            logs.output[0], r"Engine m writes inputs in place.*cache_new.*allocator off"
+        )
+
+    def test_other_engines_and_the_python_runtime_get_the_allocator(self):
+        self.assertTrue(self._enable(self._module({}), cpp_runtime=True))
+        # the Python runtime binds aliased outputs itself on that path (0028)
+        self.assertTrue(self._enable(self._module(ALIASED), cpp_runtime=False))
+        module = self._module(ALIASED)
+        module.set_use_output_allocator(False)
+        self.assertFalse(module.engine.use_output_allocator_outputs)
+
+
 class BumpState(torch.nn.Module):
-    """Updates ``state`` in place through a KV-cache-style write TensorRT aliases."""
+    """Updates ``state`` in place through a KV-cache write TensorRT aliases
+    (``IKVCacheUpdateLayer``: a 4-D state written along axis 2)."""
 
     def forward(self, state, update):
-        state[:, 3:4] = update
+        state[:, :, 3:4, :] = update
         return state.sum()
 
 
@@ -149,43 +191,65 @@ def _in_binding_order(module, state, update):
     return [state, update]
 
 
+SENTINEL = 7.0
+
+
+def _state_and_update():
+    return torch.full((2, 4, 16, 8), SENTINEL).cuda(), torch.ones(2, 4, 1, 8).cuda()
+
+
 @unittest.skipIf(not torch.cuda.is_available(), NO_GPU)
 class TestPythonEngineOnGpu(TestCase):
     def _engine(self):
         from torch_tensorrt.dynamo.runtime._TRTEngine import TRTEngine
 
-        args = (torch.zeros(8, 16).cuda(), torch.ones(8, 1).cuda())
+        args = _state_and_update()
         ep = torch.export.export(BumpState().cuda(), args)
         trt = torch_tensorrt.dynamo.compile(ep, arg_inputs=list(args), min_block_size=1)
-        for _, module in trt.named_modules():
-            if isinstance(module, TorchTensorRTModule) and module.aliased_io:
-                engine = module.engine
-                if not isinstance(engine, TRTEngine):
-                    engine = TRTEngine(module._pack_engine_info())
-                return module, engine
-        self.skipTest(
-            "This TensorRT did not alias the state (no aliased_io); nothing to check"
-        )
+        aliased = [
+            m
+            for m in trt.modules()
+            if isinstance(m, TorchTensorRTModule) and m.aliased_io
+        ]
+        self.assertEqual(len(aliased), 1, "IKVCacheUpdateLayer did not alias the state")
+        (module,) = aliased
+        engine = module.engine
+        if not isinstance(engine, TRTEngine):
+            engine = TRTEngine(module._pack_engine_info())
+        return module, engine
+
+    def _check_state(self, state):
+        """Position 3 of axis 2 holds the update; every other element the sentinel."""
+        self.assertEqual(state[:, :, 3], torch.ones(2, 4, 8).cuda())
+        rest = torch.cat([state[:, :, :3], state[:, :, 4:]], dim=2)
+        self.assertEqual(rest, torch.full_like(rest, SENTINEL))
 
     def test_the_state_comes_back_without_a_copy(self):
         module, engine = self._engine()
         self.assertTrue(engine.in_place_outputs)
-        state, update = torch.zeros(8, 16).cuda(), torch.ones(8, 1).cuda()
+        state, update = _state_and_update()
         ordered = _in_binding_order(module, state, update)
+        torch.cuda.synchronize()
+        before = torch.cuda.memory_stats()["allocated_bytes.all.allocated"]
         outputs = engine.execute(ordered)
+        torch.cuda.synchronize()
+        allocated = torch.cuda.memory_stats()["allocated_bytes.all.allocated"] - before
         outputs = [outputs] if isinstance(outputs, torch.Tensor) else list(outputs)
         for o, i in engine.in_place_outputs:
+            # the engine's output is the caller's memory, not a copy of it
             self.assertEqual(outputs[o].data_ptr(), ordered[i].data_ptr())
         returned = op_outputs(outputs, ordered, engine.in_place_outputs)
         self.assertEqual(len(returned), len(outputs) - len(engine.in_place_outputs))
-        self.assertEqual(state[:, 3], torch.ones(8).cuda())
+        self._check_state(state)
+        # nothing of the state's size was allocated for the call
+        self.assertLess(allocated, state.nbytes)
 
     def test_a_non_contiguous_state_is_still_updated(self):
         module, engine = self._engine()
-        state = torch.zeros(16, 8).cuda().t()
-        update = torch.ones(8, 1).cuda()
+        state = torch.full((2, 4, 8, 16), SENTINEL).cuda().transpose(2, 3)
+        update = torch.ones(2, 4, 1, 8).cuda()
         engine.execute(_in_binding_order(module, state, update))
-        self.assertEqual(state[:, 3], torch.ones(8).cuda())
+        self._check_state(state)
 
 
 if __name__ == "__main__":

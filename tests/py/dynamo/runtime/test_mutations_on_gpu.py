@@ -30,6 +30,7 @@ from torch_tensorrt.dynamo.runtime._TorchTensorRTModule import TorchTensorRTModu
 RUNTIME = "cpp" if ENABLED_FEATURES.torch_tensorrt_runtime else "python"
 NO_GPU = "Running TensorRT engines needs a CUDA device; this host has none."
 STEPS = 3
+SENTINEL = 7.0
 TORCH_BEFORE_2_14 = tuple(int(v) for v in torch.__version__.split(".")[:2]) < (2, 14)
 
 
@@ -60,6 +61,14 @@ class KvCacheBuffer(torch.nn.Module):
     def forward(self, update):
         self.cache[:, :, 3:4, :] = update
         return self.cache.sum(dim=2)
+
+
+class KvCacheAt(torch.nn.Module):
+    """One position of the cache, given at run time."""
+
+    def forward(self, cache, position, update):
+        cache.index_copy_(2, position, update)
+        return cache.sum(dim=2)
 
 
 class ScaleInput(torch.nn.Module):
@@ -123,6 +132,28 @@ class _Steps:
 class TestKvCacheUpdatedInPlace(TestCase, _Steps):
     """The KV-cache path: ``IKVCacheUpdateLayer``, its output aliased to the cache."""
 
+    def _check_in_place(self, trt, eager, state, eager_state, make_args):
+        """Steps in which the engine writes the caller's ``state`` itself: it
+        equals eager's, the sentinel outside the written slab survives, and the
+        call allocates less than the state's size."""
+        state.fill_(SENTINEL)
+        eager_state.fill_(SENTINEL)
+        for step in range(STEPS):
+            args = make_args(step)
+            torch.cuda.synchronize()
+            before = torch.cuda.memory_stats()["allocated_bytes.all.allocated"]
+            out = trt(state, *args)
+            torch.cuda.synchronize()
+            allocated = (
+                torch.cuda.memory_stats()["allocated_bytes.all.allocated"] - before
+            )
+            self.assertEqual(out, eager(eager_state, *args), msg=f"{step}")
+            self.assertEqual(state, eager_state, msg=f"{step}")
+            untouched = (state == SENTINEL).sum().item()
+            self.assertGreater(untouched, 0)
+            self.assertEqual(untouched, (eager_state == SENTINEL).sum().item())
+            self.assertLess(allocated, state.nbytes, msg=f"{step}")
+
     def test_the_caller_s_cache_is_written_in_place_over_several_steps(self):
         with self.subTest(runtime=RUNTIME):
             trt = _compile(KvCache().cuda(), _kv_args())
@@ -130,22 +161,42 @@ class TestKvCacheUpdatedInPlace(TestCase, _Steps):
             self.assertEqual(
                 {i for i, _ in engine.aliased_io.values()}, {"cache"}, "no aliasing"
             )
-            cache = torch.zeros(1, 4, 16, 8).cuda()
-            expected = cache.clone()
-            address = cache.data_ptr()
-            for step in range(STEPS):
-                update = torch.randn(1, 4, 1, 8).cuda()
-                self.assertEqual(
-                    trt(cache, update), KvCache()(expected, update), msg=f"{step}"
-                )
-                self.assertEqual(cache, expected, msg=f"{step}")
-                self.assertEqual(cache.data_ptr(), address)
+            self._check_in_place(
+                trt,
+                KvCache(),
+                torch.zeros(1, 4, 16, 8).cuda(),
+                torch.zeros(1, 4, 16, 8).cuda(),
+                lambda step: (torch.randn(1, 4, 1, 8).cuda(),),
+            )
+
+    def test_a_position_that_moves_every_step(self):
+        position = torch.tensor([3]).cuda()
+        args = (
+            torch.zeros(1, 4, 16, 8).cuda(),
+            position,
+            torch.randn(1, 4, 1, 8).cuda(),
+        )
+        trt = _compile(KvCacheAt().cuda(), args)
+        self.assertTrue(any(e.aliased_io for e in _engines(trt)), "no aliasing")
+        with self.subTest(runtime=RUNTIME):
+            self._check_in_place(
+                trt,
+                KvCacheAt(),
+                torch.zeros(1, 4, 16, 8).cuda(),
+                torch.zeros(1, 4, 16, 8).cuda(),
+                lambda step: (
+                    torch.tensor([2 + 5 * step]).cuda(),
+                    torch.randn(1, 4, 1, 8).cuda(),
+                ),
+            )
 
     def test_a_buffer_cache_advances(self):
         with self.subTest(runtime=RUNTIME):
             trt = _compile(KvCacheBuffer().cuda(), (torch.randn(1, 4, 1, 8).cuda(),))
             self.assertTrue(any(e.aliased_io for e in _engines(trt)), "no aliasing")
             eager = KvCacheBuffer().cuda()
+            trt.get_buffer("cache").fill_(SENTINEL)
+            eager.cache.fill_(SENTINEL)
             self.run_steps(
                 trt, eager, lambda s: (torch.randn(1, 4, 1, 8).cuda(),), ["cache"]
             )
