@@ -81,3 +81,17 @@ def test_a_missing_row_is_reported(patterns):
     assert mismatches(text.replace(row, ""), patterns) == [
         (f"{len(patterns) - 1} rows", f"{len(patterns)} patterns")
     ]
+
+
+def test_the_generator_writes_exactly_the_tested_list(patterns):
+    sys.path.insert(0, os.path.join(ROOT, "tools"))
+    try:
+        import state_table
+    finally:
+        sys.path.remove(os.path.join(ROOT, "tools"))
+    text = readme_text()
+    assert state_table.replaced(text, state_table.table(patterns)) == text
+    # a stale table is rewritten to the list, the rest of the README kept
+    stale = text.replace(state_table.table(patterns)[-1] + "\n", "", 1)
+    assert mismatches(stale, patterns) != []
+    assert state_table.replaced(stale, state_table.table(patterns)) == text

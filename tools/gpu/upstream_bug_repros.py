@@ -1,4 +1,5 @@
-"""The minimal reproductions of the upstream bugs fixed by patches 0004 and 0015.
+"""The minimal reproductions of the upstream bugs fixed by patches 0004, 0015,
+0030, 0031, 0034 and 0036.
 
 Run on a GPU with the unpatched and the patched wheel; prints one line per case
 (``ok`` or the exception) and exits 0 either way: it reports, it does not test.
@@ -27,6 +28,23 @@ class MutatedBufferWithTorchOp(torch.nn.Module):  # patch 0015
     def forward(self, x):
         self.state.add_(x)
         return torch.relu(x + self.state)
+
+
+class ReadsWrittenCache(torch.nn.Module):  # patch 0030
+    def forward(self, cache, u):
+        new = torch.ops.aten.slice_scatter.default(cache, u, 2, 3, 4)
+        return new.sum(dim=2)
+
+
+class StridedWrite(torch.nn.Module):  # patch 0031
+    def forward(self, cache, u):
+        cache[:, :, 0:8:2, :] = u
+        return u * 2
+
+
+class ReturnsWrittenCopy(torch.nn.Module):  # patches 0034 and 0036
+    def forward(self, cache, u):
+        return u * 2, torch.ops.aten.slice_scatter.default(cache, u, 2, 3, 4)
 
 
 def report(name, fn):
@@ -69,9 +87,55 @@ def main():
             same = [torch.allclose(graphed(x), eager(x)) for _ in range(3)]
         return f"ok, outputs equal eager over 3 calls: {all(same)}; state advanced: {torch.allclose(trt.state, eager.state)}"
 
+    def named_outputs_with_an_appended_alias():
+        args = (torch.zeros(2, 4, 16, 8).cuda(), torch.randn(2, 4, 1, 8).cuda())
+        ep = torch.export.export(ReadsWrittenCache().cuda(), args)
+        engine = (
+            torch_tensorrt.dynamo.convert_exported_program_to_serialized_trt_engine(
+                ep,
+                arg_inputs=list(args),
+                min_block_size=1,
+                output_binding_names="total",
+            )
+        )
+        return f"ok, engine built ({len(engine)} bytes)"
+
+    def strided_write():
+        cache = torch.zeros(2, 4, 16, 8).cuda()
+        u = torch.randn(2, 4, 4, 8).cuda()
+        ep = torch.export.export(StridedWrite().cuda(), (cache.clone(), u))
+        trt = torch_tensorrt.dynamo.compile(
+            ep, arg_inputs=[cache.clone(), u], min_block_size=1
+        )
+        compiled, eager = cache.clone(), cache.clone()
+        trt(compiled, u)
+        StridedWrite()(eager, u)
+        return f"ok, state equals eager: {torch.equal(compiled, eager)}"
+
+    def functional_write():
+        cache = torch.zeros(2, 4, 16, 8).cuda()
+        u = torch.randn(2, 4, 1, 8).cuda()
+        ep = torch.export.export(ReturnsWrittenCopy().cuda(), (cache.clone(), u))
+        trt = torch_tensorrt.dynamo.compile(
+            ep, arg_inputs=[cache.clone(), u], min_block_size=1
+        )
+        mine = cache.clone()
+        out = trt(mine, u)
+        out = out if isinstance(out, (tuple, list)) else (out,)
+        return (
+            f"ok, {len(out)} output(s) (eager 2); "
+            f"the caller's cache unchanged (as in eager): {torch.equal(mine, cache)}"
+        )
+
     report("return (x * 2, None)", returns_none)
     report("x.add_(d), no return", add_in_place)
     report("whole-graph CUDA graphs, mutated buffer", cudagraphs_with_buffer)
+    report(
+        "serialized engine, output_binding_names, KV write read not returned",
+        named_outputs_with_an_appended_alias,
+    )
+    report("cache[:, :, 0:8:2, :] = u", strided_write)
+    report("return u * 2, slice_scatter(cache, u) (functional)", functional_write)
 
 
 if __name__ == "__main__":
