@@ -209,6 +209,41 @@ class TestModelArgumentsWithLiftedBuffers(TestCase):
                 _check_model_arguments(self, trt, cls(), args, kwargs)
 
 
+class TestCompiledModuleArguments(TestCase):
+    """``hide_copyback_outputs`` on a plain graph: the forward it generates."""
+
+    def _gm(self):
+        class Add(torch.nn.Module):
+            def forward(self, x, y):
+                return (x + y,)
+
+        return torch.fx.symbolic_trace(Add())
+
+    def test_the_model_arguments_when_the_spec_matches(self):
+        from torch_tensorrt.dynamo.lowering._buffer_lifting import hide_copyback_outputs
+
+        gm = self._gm()
+        x, y = torch.ones(2), torch.full((2,), 2.0)
+        _, in_spec = torch.utils._pytree.tree_flatten((({"x": x, "y": y},), {}))
+        gm._in_spec = in_spec
+        hide_copyback_outputs(gm, 0, [], None, ["inputs"], in_spec)
+        self.assertEqual(gm({"x": x, "y": y}), (x + y,))
+
+    def test_a_flat_forward_otherwise(self):
+        from torch_tensorrt.dynamo.lowering._buffer_lifting import hide_copyback_outputs
+
+        x, y = torch.ones(2), torch.full((2,), 2.0)
+        _, out_spec = torch.utils._pytree.tree_flatten(x)
+        _, three_leaves = torch.utils._pytree.tree_flatten(((x, y, x), {}))
+        for in_args, in_spec in ((None, None), (["a", "b", "c"], three_leaves)):
+            with self.subTest(in_spec=in_spec):
+                gm = self._gm()
+                # the model returned a bare tensor: out_spec gives it back
+                hide_copyback_outputs(gm, 0, [], out_spec, in_args, in_spec)
+                gm.recompile()
+                self.assertEqual(gm(x, y), x + y)
+
+
 @unittest.skipIf(
     not torch.cuda.is_available(),
     "Running TensorRT engines needs a CUDA device; this host has none.",
