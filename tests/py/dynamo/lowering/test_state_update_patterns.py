@@ -760,6 +760,22 @@ class TestStateUpdatePatternsOnGpu(StateSteps, TestCase):
                 with self.subTest(f"{pattern.write} on {pattern.state}, {dtype}"):
                     self.steps(pattern)
 
+    def test_a_functional_write_leaves_the_callers_input_alone(self):
+        args = tuple(a.cuda() for a in _kv())
+        ep = torch.export.export(FunctionalWrite().cuda(), _clone(args))
+        trt = torch_tensorrt.dynamo.compile(
+            ep, arg_inputs=list(_clone(args)), min_block_size=1
+        )
+        self.assertEqual([e.aliased_io for e in self.engines(trt)], [{}])
+        cache = args[0].fill_(SENTINEL)
+        for step in range(3):
+            new = _args_at_step(Pattern("", "", FunctionalWrite, _kv, "", ""), step)[1]
+            new = new.cuda()
+            out = trt(cache, new)
+            expected_cache = torch.full_like(cache, SENTINEL)
+            self.assertEqual(out, FunctionalWrite()(expected_cache, new), msg=f"{step}")
+            self.assertEqual(cache, expected_cache, msg=f"step {step}")
+
 
 if __name__ == "__main__":
     run_tests()
