@@ -32,9 +32,7 @@ def patterns():
 
 
 def table(rows):
-    return HEADER + [
-        f"| {p.write} | {p.state} | {p.result} | {p.why} |" for p in rows
-    ]
+    return HEADER + [f"| {p.write} | {p.state} | {p.result} | {p.why} |" for p in rows]
 
 
 def replaced(text, lines):
@@ -44,7 +42,8 @@ def replaced(text, lines):
     old = body.splitlines()
     first = next(i for i, line in enumerate(old) if line.startswith("|"))
     last = max(i for i, line in enumerate(old) if line.startswith("|"))
-    body = "\n".join(old[:first] + lines + old[last + 1 :])
+    trailing = "\n" if body.endswith("\n") else ""
+    body = "\n".join(old[:first] + lines + old[last + 1 :]) + trailing
     return head + HEADING + body + ("\n#" + rest if rest else "")
 
 

@@ -90,12 +90,12 @@ def kv_write_is_final(node: Optional[torch.fx.Node]) -> Tuple[bool, str]:
     if node is None:
         return True, "no graph node"
     for user in node.users:
-        if user.op == "call_function" and user.target in _WRITE_OPS:
-            if user.args and user.args[0] is node:
-                return False, (
-                    f"the state it writes is written again by {user.name}; the "
-                    "later write is a scatter, so this one is too"
-                )
+        rewrites = user.op == "call_function" and user.target in _WRITE_OPS
+        if rewrites and user.args and user.args[0] is node:
+            return False, (
+                f"the state it writes is written again by {user.name}; the "
+                "later write is a scatter, so this one is too"
+            )
     return True, "the last write of its state"
 
 
