@@ -148,8 +148,18 @@ class ReturnsState(torch.nn.Module):
         return new * 2, cache
 
 
+class ClonedWrite(torch.nn.Module):
+    """Writes a clone: the caller's ``cache`` is not a state of the model."""
+
+    def forward(self, cache, new):
+        out = cache.clone()
+        out[:, :, 5:7, :] = new
+        return out * 1.5
+
+
 class FunctionalWrite(torch.nn.Module):
-    """Writes a new tensor: the caller's ``cache`` is not a state of the model."""
+    """A KV-form write on the input itself, functional: upstream takes the input
+    for a cache handed to the engine."""
 
     def forward(self, cache, new):
         return torch.ops.aten.slice_scatter.default(cache, new, 2, 5, 7) * 1.5
@@ -494,17 +504,30 @@ class TestStateUpdatePatternsOnCpu(TestCase):
                 _, aliases = alias_map(pattern)
                 self.assertEqual(result_of(aliases), pattern.result)
 
-    def test_a_functional_write_never_writes_the_callers_input(self):
-        """``slice_scatter`` on an input the model does not write: no alias."""
-        pattern = Pattern("", "", FunctionalWrite, _kv, "", "")
+    def test_a_cloned_input_is_never_written(self):
+        """A write on a clone of an input: lowering removes the clone, the layer
+        must not write the caller's tensor (no alias, through both entry points)."""
+        pattern = Pattern("", "", ClonedWrite, _kv, "", "")
         _, aliases = alias_map(pattern)
         self.assertEqual(aliases, [])
         args = _kv()
-        trt, built = compile_on_cpu(self, FunctionalWrite(), args)
+        trt, built = compile_on_cpu(self, ClonedWrite(), args)
         self.assertEqual([e.aliased_io for e in built], [{}])
         compiled_args = _clone(args)
-        self.assertEqual(trt(*compiled_args), FunctionalWrite()(*_clone(args)))
-        self.assertEqual(compiled_args, args)
+        for step in range(3):
+            new = _args_at_step(pattern, step)[1]
+            compiled_args = (compiled_args[0], new)
+            self.assertEqual(trt(*compiled_args), ClonedWrite()(args[0], new))
+            self.assertEqual(compiled_args[0], args[0])
+
+    def test_a_write_directly_on_an_input_is_taken_for_a_cache(self):
+        """Upstream's behaviour, kept (its test_single_position_write_aliased):
+        a functional KV-form write on the input itself is in place."""
+        _, aliases = alias_map(Pattern("", "", FunctionalWrite, _kv, "", ""))
+        self.assertEqual(
+            [(a["input"], a["update"], a.get("binding")) for a in aliases],
+            [("cache", "in_place", "engine")],
+        )
 
     def test_the_cache_type_check_takes_any_dtype(self):
         from torch_tensorrt._enums import dtype
@@ -760,20 +783,20 @@ class TestStateUpdatePatternsOnGpu(StateSteps, TestCase):
                 with self.subTest(f"{pattern.write} on {pattern.state}, {dtype}"):
                     self.steps(pattern)
 
-    def test_a_functional_write_leaves_the_callers_input_alone(self):
+    def test_a_cloned_input_is_left_alone(self):
+        pattern = Pattern("", "", ClonedWrite, _kv, "", "")
         args = tuple(a.cuda() for a in _kv())
-        ep = torch.export.export(FunctionalWrite().cuda(), _clone(args))
+        ep = torch.export.export(ClonedWrite().cuda(), _clone(args))
         trt = torch_tensorrt.dynamo.compile(
             ep, arg_inputs=list(_clone(args)), min_block_size=1
         )
         self.assertEqual([e.aliased_io for e in self.engines(trt)], [{}])
         cache = args[0].fill_(SENTINEL)
         for step in range(3):
-            new = _args_at_step(Pattern("", "", FunctionalWrite, _kv, "", ""), step)[1]
-            new = new.cuda()
-            out = trt(cache, new)
+            new = _args_at_step(pattern, step, "cuda")[1]
             expected_cache = torch.full_like(cache, SENTINEL)
-            self.assertEqual(out, FunctionalWrite()(expected_cache, new), msg=f"{step}")
+            out = trt(cache, new)
+            self.assertEqual(out, ClonedWrite()(expected_cache, new), msg=f"{step}")
             self.assertEqual(cache, expected_cache, msg=f"step {step}")
 
 

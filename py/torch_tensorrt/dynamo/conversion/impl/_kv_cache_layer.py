@@ -22,12 +22,12 @@ second write's base is no longer a network input, so it is a scatter, and the
 first one in place would only add an engine output aliased to the state beside
 the copied-back new value.
 
-Nor is the layer used on a graph input the program never writes: a functional
-``torch.slice_scatter(cache, u, ...)`` or ``cache.clone()`` written and returned
-leaves the caller's ``cache`` unchanged in eager, but the layer writes the
-input's own memory. :func:`forbid_kv_writes_on_unwritten_inputs` marks such
-writes before lowering (``node.meta["_trt_no_kv_alias"]``, the converters'
-existing veto); they are scatters into a new tensor.
+Nor is the layer used on a clone of an input that the model writes instead of
+the input (``c = cache.clone(); c[:, :, 3:4, :] = u``): lowering removes the
+clone, and the layer would write the caller's ``cache``, which eager leaves
+unchanged. :func:`forbid_kv_writes_on_cloned_inputs` marks such writes before
+lowering (``node.meta["_trt_no_kv_alias"]``, the converters' existing veto);
+they are scatters into a new tensor.
 """
 
 from __future__ import annotations
@@ -99,21 +99,26 @@ def kv_write_is_final(node: Optional[torch.fx.Node]) -> Tuple[bool, str]:
     return True, "the last write of its state"
 
 
-def forbid_kv_writes_on_unwritten_inputs(
+def forbid_kv_writes_on_cloned_inputs(
     gm: torch.fx.GraphModule, state_inputs: Collection[str] = ()
 ) -> List[str]:
-    """Keep ``IKVCacheUpdateLayer`` off graph inputs the program does not write.
+    """Keep ``IKVCacheUpdateLayer`` off a graph input that the model clones.
 
     Run on the graph of ``ExportedProgram.module()`` (after buffer lifting,
-    before lowering). A mutated input is written back there by ``aten.copy_``;
-    ``state_inputs`` names the placeholders of lifted buffers, which are
-    written by definition. Every ``slice_scatter`` / ``index_copy`` whose cache
-    is another input (directly, or through a clone that lowering will remove)
-    gets ``node.meta["_trt_no_kv_alias"]``. Returns the names of the marked
-    nodes.
+    before lowering). ``c = x.clone(); c[:, :, p:p+n, :] = u`` writes a copy,
+    and the caller's ``x`` keeps its value; but lowering removes a clone that
+    is its input's only reader (``remove_input_alias_fixing_clones``), and the
+    layer would then write ``x`` itself. Every ``slice_scatter`` /
+    ``index_copy`` whose cache is such a clone of an input the program does
+    not write back (``aten.copy_``), nor a lifted buffer (``state_inputs``),
+    gets ``node.meta["_trt_no_kv_alias"]``, the converters' veto. Returns the
+    names of the marked nodes.
+
+    A KV-form write directly on an input (``torch.index_copy(x, 2, pos, u)``)
+    keeps upstream's behaviour: the input is taken for a cache handed to the
+    engine, which writes it in place.
     """
     from torch_tensorrt.dynamo.conversion._functionalized_op import is_write_back
-    from torch_tensorrt.dynamo.lowering._buffer_lifting import _effective_cache_input
 
     written = {
         n.args[0]
@@ -127,14 +132,23 @@ def forbid_kv_writes_on_unwritten_inputs(
             continue
         if not node.args or not isinstance(node.args[0], torch.fx.Node):
             continue
-        cache = _effective_cache_input(node.args[0])
-        if cache is None or cache in written or cache.name in state_inputs:
+        clone = node.args[0]
+        if not (
+            clone.op == "call_function"
+            and clone.target is torch.ops.aten.clone.default
+            and clone.args
+            and isinstance(clone.args[0], torch.fx.Node)
+            and clone.args[0].op == "placeholder"
+        ):
+            continue
+        cache = clone.args[0]
+        if cache in written or cache.name in state_inputs:
             continue
         node.meta["_trt_no_kv_alias"] = True
         marked.append(node.name)
         logger.debug(
-            "%s: KV fast path forbidden — its cache is input '%s', which the "
-            "program does not write; the layer would write the caller's tensor",
+            "%s: KV fast path forbidden — its cache is a clone of input '%s', "
+            "which lowering removes; the layer would write the caller's tensor",
             node.name,
             cache.name,
         )
