@@ -7,6 +7,8 @@
 # that the deadline's SIGINT reaches it (a shell in between swallowed it: the first
 # run went on to the call's limit).
 #   bash tools/gpu/upstream_compare.sh [DEADLINE_S] [DIRS...]
+# UPSTREAM_PYTEST_ARGS adds pytest arguments to both runs (e.g. "-n 7": pytest-xdist,
+# installed there; tools/gpu/upstream_table.py reads its lines too).
 set -uo pipefail
 deadline=${1:-480}; shift || true
 dirs=("$@")
@@ -19,7 +21,7 @@ for wheel in base patched; do
     tar -C "$up" -xJf .gpu/upstream-tests.tar.xz
     paths=(); for d in "${dirs[@]}"; do paths+=("tests/py/dynamo/$d"); done
     TORCHTRT_GPU_WHEEL=$wheel timeout -s INT "$deadline" bash "$root/.gpu/run" \
-      bash -c "cd $up && exec python3 -m pytest -p no:cacheprovider -v --timeout 60 -o console_output_style=classic ${paths[*]}" \
+      bash -c "cd $up && exec python3 -m pytest -p no:cacheprovider -v --timeout 60 -o console_output_style=classic ${UPSTREAM_PYTEST_ARGS:-} ${paths[*]}" \
       > "$OUT/upstream-$wheel.log" 2>&1
     echo "$wheel: exit $?" >> "$OUT/upstream-exit.txt"
   ) &

@@ -15,6 +15,11 @@ from collections import Counter, defaultdict
 _LINE = re.compile(
     r"^(tests/py/dynamo/(\w+)/[^:\s]+::.+?) (PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS)\b"
 )
+# the same line from pytest-xdist workers (-n): "[gw3] [ 12%] PASSED tests/..."
+_XDIST_LINE = re.compile(
+    r"^\[gw\d+\] \[\s*\d+%\] (PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS) "
+    r"(tests/py/dynamo/(\w+)/[^:\s]+::\S+)"
+)
 _KIND = {"XFAIL": "SKIPPED", "XPASS": "PASSED", "ERROR": "FAILED"}
 
 
@@ -26,6 +31,10 @@ def outcomes(path):
             m = _LINE.match(line.strip())
             if m:
                 found[m.group(1)] = (m.group(2), _KIND.get(m.group(3), m.group(3)))
+                continue
+            m = _XDIST_LINE.match(line.strip())
+            if m:
+                found[m.group(2)] = (m.group(3), _KIND.get(m.group(1), m.group(1)))
     return found
 
 
