@@ -15,9 +15,10 @@ from collections import Counter, defaultdict
 _LINE = re.compile(
     r"^(tests/py/dynamo/(\w+)/[^:\s]+::.+?) (PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS)\b"
 )
-# the same line from pytest-xdist workers (-n): "[gw3] [ 12%] PASSED tests/..."
+# the same line from pytest-xdist workers (-n): "[gw3] PASSED tests/...", with
+# "[ 12%] " after the worker in pytest's progress style
 _XDIST_LINE = re.compile(
-    r"^\[gw\d+\] \[\s*\d+%\] (PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS) "
+    r"^\[gw\d+\] (?:\[\s*\d+%\] )?(PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS) "
     r"(tests/py/dynamo/(\w+)/[^:\s]+::\S+)"
 )
 _KIND = {"XFAIL": "SKIPPED", "XPASS": "PASSED", "ERROR": "FAILED"}
