@@ -142,6 +142,26 @@ class BufferWrittenTwice(torch.nn.Module):
         return new * 2
 
 
+class ReadBeforeWrite(torch.nn.Module):
+    """Reads the old state, then writes it: the read must see the old values."""
+
+    def forward(self, cache, new):
+        old = cache.sum(dim=2)
+        cache[:, :, 5:7, :] = new
+        return old
+
+
+class BufferReadBeforeWrite(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("cache", torch.zeros(2, 4, S, 8))
+
+    def forward(self, new):
+        old = self.cache.sum(dim=2)
+        self.cache[:, :, 5:7, :] = new
+        return old
+
+
 class ReturnsState(torch.nn.Module):
     def forward(self, cache, new):
         cache[:, :, 5:7, :] = new
@@ -384,6 +404,25 @@ PATTERNS = [
         "module returns the caller's tensor",
     ),
     Pattern(
+        "`old = cache.sum(dim=2); cache[:, :, p:p+n, :] = new`",
+        "4-D input, read before the write",
+        ReadBeforeWrite,
+        _kv,
+        COPY,
+        "the layer would write the state before the other layer reads it: TensorRT "
+        "does not order them (in place, the read saw the new values)",
+    ),
+    Pattern(
+        "`old = self.cache.sum(dim=2); self.cache[:, :, p:p+n, :] = new`",
+        "lifted buffer, read before the write only",
+        lambda: BufferReadBeforeWrite(),
+        lambda: _kv()[1:],
+        COPY,
+        "nothing reads the new state in the engine: as for the buffer never read "
+        "after the write",
+        LIFTED,
+    ),
+    Pattern(
         "`x.add_(d)`",
         "any input",
         AddInPlace,
@@ -559,6 +598,28 @@ class TestStateUpdatePatternsOnCpu(TestCase):
             [kv_write_is_final(n)[0] for n in scatters], [False, True], lowered.code
         )
         self.assertTrue(kv_write_is_final(None)[0])
+
+    def test_only_a_write_that_is_its_caches_only_reader(self):
+        from torch_tensorrt.dynamo.conversion.impl._kv_cache_layer import (
+            kv_cache_has_no_other_reader,
+        )
+
+        def write_of(module):
+            ep = torch.export.export(module, _kv())
+            graph = ep.run_decompositions({}).module().graph
+            (write,) = [
+                n
+                for n in graph.nodes
+                if n.target is torch.ops.aten.slice_scatter.default
+            ]
+            return write
+
+        # slice assignment reads only the slab's shape (aten.copy's first argument)
+        self.assertTrue(kv_cache_has_no_other_reader(write_of(SliceWrite()))[0])
+        sole, reason = kv_cache_has_no_other_reader(write_of(ReadBeforeWrite()))
+        self.assertFalse(sole)
+        self.assertIn("also read by", reason)
+        self.assertTrue(kv_cache_has_no_other_reader(None)[0])
 
     def test_non_float_states_in_the_kv_form_build_and_are_copied_back(self):
         for dtype in NON_FLOAT:

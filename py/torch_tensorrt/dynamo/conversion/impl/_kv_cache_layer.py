@@ -153,3 +153,81 @@ def forbid_kv_writes_on_cloned_inputs(
             cache.name,
         )
     return marked
+
+
+# Ops that read a tensor's metadata only, never its values.
+_METADATA_OPS = (
+    torch.ops.aten.sym_size.int,
+    torch.ops.aten.sym_stride.int,
+    torch.ops.aten.sym_numel.default,
+    torch.ops.aten.sym_storage_offset.default,
+)
+
+# Views: they read no values themselves; their users may.
+_VIEW_OPS = (
+    torch.ops.aten.slice.Tensor,
+    torch.ops.aten.select.int,
+    torch.ops.aten.view.default,
+    torch.ops.aten.alias.default,
+    torch.ops.aten.unsqueeze.default,
+    torch.ops.aten.squeeze.dim,
+    torch.ops.aten.permute.default,
+    torch.ops.aten.transpose.int,
+    torch.ops.aten.expand.default,
+)
+
+
+def _reads_values(node: torch.fx.Node, through: torch.fx.Node) -> bool:
+    """Whether ``node``, a user of ``through``, reads the values of ``through``.
+
+    Metadata reads do not (nor the input guards of ``ExportedProgram.module()``);
+    nor does ``aten.copy(through, src)``, which takes
+    only the shape and dtype of its first argument (slice assignment
+    ``cache[:, :, 3:4] = u`` is ``slice_scatter(cache, copy(slice(cache), u))``
+    once functionalized); a view does when one of its users does.
+    """
+    if node.op == "call_module" and str(node.target).startswith("_guards"):
+        return False  # ExportedProgram.module()'s input guards check shapes
+    if node.op != "call_function":
+        return True  # an output (the old state returned), a submodule call
+    if node.target in _METADATA_OPS:
+        return False
+    if node.target is torch.ops.aten.copy.default:
+        return len(node.args) > 1 and node.args[1] is through
+    if node.target is torch.ops.aten.copy_.default and node.args[0] is through:
+        return len(node.args) > 1 and node.args[1] is through  # a write-back
+    if node.target in _VIEW_OPS and node.args and node.args[0] is through:
+        return any(_reads_values(user, node) for user in node.users)
+    return True
+
+
+def kv_cache_has_no_other_reader(
+    write: Optional[torch.fx.Node], cache: Optional[torch.fx.Node] = None
+) -> Tuple[bool, str]:
+    """Whether the write ``write`` is the only node reading its cache's values.
+
+    The layer writes its cache input in place, and TensorRT does not order
+    another layer reading that input before the write: a read of the old state
+    in the same engine (``old = cache.sum(dim=2); cache[:, :, 3:4] = u``) saw
+    the new values (measured with TensorRT-RTX 1.6.1). ``cache`` defaults to
+    ``write.args[0]``; a clone of it that is the write's cache counts as the
+    write. Returns ``(sole_reader, reason)``.
+    """
+    if write is None:
+        return True, "no graph node"
+    if cache is None:
+        cache = write.args[0] if write.args else None
+    if not isinstance(cache, torch.fx.Node):
+        return True, "no cache node"
+    own = {write, write.args[0] if write.args else None}
+    readers = [
+        user.name
+        for user in cache.users
+        if user not in own and _reads_values(user, cache)
+    ]
+    if readers:
+        return False, (
+            f"its cache {cache.name} is also read by {', '.join(readers)}; the "
+            "layer would write it in place before they read it"
+        )
+    return True, "the write is its cache's only reader"
