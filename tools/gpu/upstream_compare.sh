@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# On the GPU machine (one call, carrying .gpu made by ../shared/tools/gpu/prepare
-# --upstream ...): upstream's tests/py/dynamo/{lowering,runtime,partitioning,conversion}
+# On a GPU machine, from the checkout's root, with .gpu/ beside it: a launcher .gpu/run
+# that puts TensorRT-RTX and one wheel on the path (TORCHTRT_GPU_WHEEL=base or patched)
+# and upstream's tests as .gpu/upstream-tests.tar.xz. Runs upstream's
+# tests/py/dynamo/{lowering,runtime,partitioning,conversion}
 # against the unpatched (base) and the patched RTX wheel, side by side, each with a
 # per-test timeout and an overall deadline. Writes $OUT/upstream-{base,patched}.log
 # (pytest -v lines) for tools/gpu/upstream_table.py to compare. pytest is exec'd so

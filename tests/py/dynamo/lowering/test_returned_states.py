@@ -43,6 +43,22 @@ def _returned_state_cases():
     ]
 
 
+def _check_steps(testcase, trt, eager, args):
+    """Three calls with a new update each, against eager: both outputs, the
+    caller's arguments, and a returned input that is the caller's own tensor."""
+    compiled_args, eager_args = _clone(args), _clone(args)
+    for step in range(3):
+        u = torch.randn_like(args[-1])
+        compiled_args = compiled_args[:-1] + (u.clone(),)
+        eager_args = eager_args[:-1] + (u.clone(),)
+        out, expected = trt(*compiled_args), eager(*eager_args)
+        testcase.assertEqual(len(out), 2, msg=f"step {step}")
+        testcase.assertEqual(out, expected, msg=f"step {step}")
+        testcase.assertEqual(compiled_args, eager_args, msg=f"step {step}")
+        if isinstance(eager, ReturnsWrittenInput):
+            testcase.assertIs(out[1], compiled_args[0])
+
+
 @unittest.skipIf(not CPU_BUILDER, NEEDS_CPU_BUILDER)
 class TestReturnedStates(TestCase):
     """A model that returns, last, the state TensorRT writes in place."""
@@ -54,17 +70,7 @@ class TestReturnedStates(TestCase):
                 # the state is written by IKVCacheUpdateLayer: an engine alias
                 kinds = [k for e in built for _, k in e.aliased_io.values()]
                 self.assertEqual(kinds, ["kv_cache_update"])
-                eager = cls()
-                compiled_args = tuple(a.clone() for a in args)
-                eager_args = tuple(a.clone() for a in args)
-                for step in range(3):
-                    u = torch.randn_like(args[-1])
-                    compiled_args = compiled_args[:-1] + (u.clone(),)
-                    eager_args = eager_args[:-1] + (u.clone(),)
-                    out, expected = trt(*compiled_args), eager(*eager_args)
-                    self.assertEqual(len(out), 2, msg=f"step {step}")
-                    self.assertEqual(out, expected, msg=f"step {step}")
-                    self.assertEqual(compiled_args, eager_args, msg=f"step {step}")
+                _check_steps(self, trt, cls(), args)
 
 
 @unittest.skipIf(
@@ -75,24 +81,12 @@ class TestReturnedStatesOnGpu(TestCase):
     def test_compiled_module_returns_what_eager_returns(self):
         for cls, args in _returned_state_cases():
             with self.subTest(cls.__name__):
-                module = cls().cuda()
                 args = tuple(a.cuda() for a in args)
                 ep = torch.export.export(cls().cuda(), _clone(args))
                 trt = torch_tensorrt.dynamo.compile(
                     ep, arg_inputs=list(_clone(args)), min_block_size=1
                 )
-                compiled_args, eager_args = _clone(args), _clone(args)
-                for step in range(3):
-                    u = torch.randn_like(args[-1])
-                    compiled_args = compiled_args[:-1] + (u.clone(),)
-                    eager_args = eager_args[:-1] + (u.clone(),)
-                    out, expected = trt(*compiled_args), module(*eager_args)
-                    self.assertEqual(len(out), 2, msg=f"step {step}")
-                    self.assertEqual(out, expected, msg=f"step {step}")
-                    self.assertEqual(compiled_args, eager_args, msg=f"step {step}")
-                    if isinstance(module, ReturnsWrittenInput):
-                        # the returned state is the caller's own tensor
-                        self.assertIs(out[1], compiled_args[0])
+                _check_steps(self, trt, cls().cuda(), args)
 
 
 if __name__ == "__main__":

@@ -25,7 +25,13 @@ from typing import Callable, Dict, Optional, Tuple
 import torch
 import torch_tensorrt
 from test_compile_with_stand_in_engines import compile_on_cpu
-from test_lower_auto_functionalized import CPU_BUILDER, NEEDS_CPU_BUILDER, _clone
+from test_lower_auto_functionalized import (
+    CPU_BUILDER,
+    NEEDS_CPU_BUILDER,
+    AddToSlab,
+    TwoSlabs,
+    _clone,
+)
 from torch.testing._internal.common_utils import TestCase, run_tests
 
 IN_PLACE = "in place, `binding: engine`"
@@ -116,19 +122,6 @@ class BufferStridedWrite(torch.nn.Module):
     def forward(self, new):
         self.cache[:, :, 0:8:2, :] = new
         return self.cache.sum(dim=2)
-
-
-class AddToSlab(torch.nn.Module):
-    def forward(self, cache, new):
-        cache[:, :, 5:7, :] += new
-        return new * 2
-
-
-class TwoSlabs(torch.nn.Module):
-    def forward(self, cache, new):
-        cache[:, :, 1:3, :] = new
-        cache[:, :, 9:11, :] = new + 1
-        return new * 2
 
 
 class BufferWrittenTwice(torch.nn.Module):

@@ -109,22 +109,16 @@ def forbid_kv_writes_on_cloned_inputs(
     and the caller's ``x`` keeps its value; but lowering removes a clone that
     is its input's only reader (``remove_input_alias_fixing_clones``), and the
     layer would then write ``x`` itself. Every ``slice_scatter`` /
-    ``index_copy`` whose cache is such a clone of an input the program does
-    not write back (``aten.copy_``), nor a lifted buffer (``state_inputs``),
-    gets ``node.meta["_trt_no_kv_alias"]``, the converters' veto. Returns the
-    names of the marked nodes.
+    ``index_copy`` whose cache is a clone of an input other than a lifted
+    buffer (``state_inputs``, written by definition) gets
+    ``node.meta["_trt_no_kv_alias"]``, the converters' veto. A clone that
+    lowering keeps (its input has other readers) is no network input, so the
+    mark changes nothing there. Returns the names of the marked nodes.
 
     A KV-form write directly on an input (``torch.index_copy(x, 2, pos, u)``)
     keeps upstream's behaviour: the input is taken for a cache handed to the
     engine, which writes it in place.
     """
-    from torch_tensorrt.dynamo.conversion._functionalized_op import is_write_back
-
-    written = {
-        n.args[0]
-        for n in gm.graph.nodes
-        if is_write_back(n) and n.args and isinstance(n.args[0], torch.fx.Node)
-    }
     kv_forms = (torch.ops.aten.slice_scatter.default, torch.ops.aten.index_copy.default)
     marked = []
     for node in gm.graph.nodes:
@@ -142,7 +136,7 @@ def forbid_kv_writes_on_cloned_inputs(
         ):
             continue
         cache = clone.args[0]
-        if cache in written or cache.name in state_inputs:
+        if cache.name in state_inputs:
             continue
         node.meta["_trt_no_kv_alias"] = True
         marked.append(node.name)
@@ -180,8 +174,8 @@ _VIEW_OPS = (
 def _reads_values(node: torch.fx.Node, through: torch.fx.Node) -> bool:
     """Whether ``node``, a user of ``through``, reads the values of ``through``.
 
-    Metadata reads do not (nor the input guards of ``ExportedProgram.module()``);
-    nor does ``aten.copy(through, src)``, which takes
+    Metadata reads do not (nor the input guards of ``ExportedProgram.module()``,
+    nor a write-back into it); nor does ``aten.copy(through, src)``, which takes
     only the shape and dtype of its first argument (slice assignment
     ``cache[:, :, 3:4] = u`` is ``slice_scatter(cache, copy(slice(cache), u))``
     once functionalized); a view does when one of its users does.
