@@ -12,48 +12,67 @@ def bench(bench_script):
     return bench_script("kv_state_update")  # touches no GPU
 
 
-def test_shapes_write_at_most_a_thousandth(bench):
-    for mib in (1, 16, 1024, 4096):
-        shape, position, n = bench.shapes_of(mib)
-        assert shape[0] == 1 and shape[1] == bench.HEADS and shape[3] == bench.HEAD_DIM
-        assert shape[0] * shape[1] * shape[2] * shape[3] * 4 == mib * 1024 * 1024
-        assert n >= 1 and (n == 1 or n / shape[2] <= 1 / bench.FRACTION)
-        assert 0 <= position and position + n <= shape[2]
+def test_each_form_is_its_size_and_writes_at_most_a_thousandth(bench):
+    for form in bench.FORMS:
+        for mib in (1, 16, 1024):
+            f = bench.Form(form, mib)
+            assert torch.Size(f.shape).numel() * 4 == mib * 1024 * 1024, form
+            positions = f.shape[f.axis]
+            assert f.n >= 1 and (f.n == 1 or f.n / positions <= 1 / bench.FRACTION)
+            for step in range(3):
+                p = f.position(step)
+                assert 0 <= p and p + f.n <= positions
+            moved = f.position(0) != f.position(1)
+            assert moved == f.runtime_position, form
+    assert bench.Form("4d_b4", 16).shape[0] == 4
+    assert bench.Form("2d_rows", 16).shape == (4096, bench.ROW)
 
 
 def test_the_models_write_what_pytorch_writes(bench):
-    shape, position, n = bench.shapes_of(1)
-    cache, update = torch.zeros(shape), torch.randn(1, shape[1], n, shape[3])
-    expected = cache.clone()
-    expected[:, :, position : position + n, :] = update
-    bench.Write4d(position)(cache, update)
-    assert torch.equal(cache, expected)
-    flat = torch.zeros(shape)
-    bench.Write3d(position)(flat.view(shape[1:]), update.view(update.shape[1:]))
-    assert torch.equal(flat, expected)
+    for form in bench.FORMS:
+        f = bench.Form(form, 1)
+        module = f.module()
+        state = module.state if form == "buffer" else torch.zeros(f.shape)
+        for step in range(2):
+            expected = f.expected(state, step)
+            args = f.args(step, "cpu")
+            module(*(args if form == "buffer" else (state,) + args))
+            assert torch.equal(state, expected), form
+    f = bench.Form("4d_run", 16)
+    cache = torch.zeros(f.shape)
+    p = f.position(0)
+    bench.CopyBackWrite()(cache, torch.arange(p, p + f.n), f.update(0, "cpu"))
+    assert torch.equal(cache, f.expected(torch.zeros(f.shape), 0))
+
+
+def test_the_engine_view_of_a_state(bench):
+    state = torch.zeros(3, 64, 4, 8)
+    view = bench.engine_view(state, {"binding_shape": [-1, 1, 64, 32]})
+    assert view.shape == (3, 1, 64, 32) and view.data_ptr() == state.data_ptr()
+    assert bench.engine_view(state, {}) is state
 
 
 def test_verdicts_and_their_sentences(bench):
     results = {
-        16: {"torch": 0.010, "in_place_engine": 0.012, "copy_back_engine": 0.02},
-        1024: {"torch": 0.011, "in_place_engine": 0.013, "copy_back_engine": 1.0},
+        16: {"4d_run:torch": 0.010, "4d_run:engine": 0.012, "copy_back_engine": 0.02},
+        1024: {"4d_run:torch": 0.011, "4d_run:engine": 0.013, "copy_back_engine": 1.0},
     }
     verdict = bench.verdicts(results)
     assert verdict["flat"] == {
-        "torch": True,
-        "in_place_engine": True,
+        "4d_run:torch": True,
+        "4d_run:engine": True,
         "copy_back_engine": False,
     }
-    targets = verdict["targets"]
-    assert targets["mode"] == "in_place_engine" and targets["bound"] == "torch"
-    assert targets["vs_bound"] == pytest.approx(0.013 / 0.011)
-    assert targets["vs_bound_met"] and targets["speedup_met"]
+    target = verdict["targets"]["4d_run"]
+    assert target["vs_torch"] == pytest.approx(0.013 / 0.011)
+    assert target["vs_torch_met"] and target["speedup_met"]
     text = "\n".join(bench.describe(verdict))
     assert "grows with the state: copy_back_engine" in text
-    assert "1.18x PyTorch's in-place copy (target <= 2x): met" in text
+    assert "4d_run:engine: 1.18x PyTorch's step (target <= 1.5x): met" in text
     assert "76.9x faster than copy_back_engine (target >= 50x): met" in text
-    slow = bench.verdicts({1024: dict(results[1024], in_place_engine=0.5)})
-    assert not slow["targets"]["vs_bound_met"] and not slow["targets"]["speedup_met"]
+    slow = bench.verdicts({1024: dict(results[1024], **{"4d_run:engine": 0.5})})
+    assert not slow["targets"]["4d_run"]["vs_torch_met"]
+    assert not slow["targets"]["4d_run"]["speedup_met"]
     assert "MISSED" in "\n".join(bench.describe(slow))
     assert "targets: not evaluated" in "\n".join(
         bench.describe(bench.verdicts({16: results[16]}))
@@ -61,14 +80,21 @@ def test_verdicts_and_their_sentences(bench):
 
 
 def test_table_row(bench):
-    row = bench.format_row(16, {"torch": 0.0125}, ["torch", "in_place_engine"])
+    row = bench.format_row(16, {"bshd:torch": 0.0125}, ["bshd:torch", "bshd:engine"])
     assert row.split(" | ")[1].strip() == "12.5 us"
     assert row.split(" | ")[2].strip() == "-"
 
 
 def test_arguments(bench):
-    args = bench.parse_args(["--sizes-mib", "16", "1024", "--ways", "torch"])
-    assert args.sizes_mib == [16, 1024] and args.ways == ["torch"]
+    args = bench.parse_args(["--sizes-mib", "16", "1024", "--forms", "bshd"])
+    assert args.sizes_mib == [16, 1024] and args.forms == ["bshd"]
+    assert bench.ways_of(args) == [
+        "bshd:torch",
+        "bshd:engine",
+        "bshd:module",
+        "copy_back_engine",
+        "copy_back_module",
+    ]
     with pytest.raises(SystemExit):
         bench.parse_args(["--steps", "0"])
 

@@ -1,38 +1,41 @@
-"""A large state updated in place by TensorRT's own aliased output. Needs a GPU.
+"""A large state updated in place by TensorRT's own aliased output, per form. Needs a GPU.
 
-    python tools/bench/kv_state_update.py [--sizes-mib 16 64 256 1024 4096] \\
-        [--steps 50] [--ways ...] [--json kv_state_update.json]
+    python tools/bench/kv_state_update.py [--sizes-mib 16 256 1024 4096] \\
+        [--steps 50] [--forms ...] [--kinds ...] [--json kv_state_update.json]
 
-The state is an fp32 cache ``[1, 8, S, 128]``; each step writes ``n = S // 1000``
-positions of it (0.1%, at least one) at a fixed position, the model
-``cache[:, :, p:p+n, :] = update``. Every way but ``torch`` is compiled through
-the patch set (``convert_exported_program_to_serialized_trt_engine`` for the
-engine-only ways, ``torch_tensorrt.dynamo.compile`` for the module ways), works
-with TensorRT-RTX and the standard flavour, and needs no plugin:
+Each *form* is a way a model writes a float32 state of the given size, 0.1% of
+it per step (at least one position), at a position that moves every step:
 
-- **torch**: PyTorch's own in-place copy into the slice (the bound);
-- **in_place_engine**: the engine of the 4-D model; TensorRT writes the
-  update with ``IKVCacheUpdateLayer``, whose output is the state's own memory
-  (the alias map says ``in_place``, ``binding: engine``, and the engine reports
-  it: ``get_aliased_input_tensor``); bound as the alias map says, no copy;
-- **in_place_module**: the compiled module of the same model, called as a user
-  would (``module(cache, update)``);
-- **copy_back_engine**: the same update on the same memory seen as 3-D
-  (``[8, S, 128]``, a form the layer does not take): ordinary layers write a
-  whole new state to ``cache_new`` and the caller copies it back (alias map:
-  ``copy``);
-- **copy_back_module**: its compiled module (the copy back runs in PyTorch);
-- **same_address_engine**: the copy-back engine with ``cache_new`` bound to the
-  state's own memory (what a caller can do without TensorRT's aliasing:
-  TensorRT still writes every element).
+- **4d_b1**: ``cache.index_copy_(2, pos, update)``, cache ``[1, 8, S, 128]``, one
+  position given as a tensor at run time;
+- **4d_b4**: the same at batch 4 (the position written in every batch row);
+- **4d_run**: ``cache[:, :, p:p+n, :] = update``, a run of n positions;
+- **2d_rows**: ``state[p:p+n] = update``, rows of a ``[R, 1024]`` state;
+- **bshd**: ``cache[:, p:p+n] = update``, a ``[1, S, 8, 128]`` cache along S;
+- **buffer**: the ``bshd`` write on a module's buffer (``lift_mutable_buffers``).
 
-Each way is first checked against PyTorch on a fresh state, then timed with
-CUDA events on a stream of its own (median per step). Prints a table, which
-ways are flat in the state size, and the targets at 1 GiB: ``in_place_engine``
-within 2x of ``torch``, and at least 50x faster than ``copy_back_engine``.
-``--json`` writes all of it. Without a CUDA device it says so in one sentence
-and exits 2. The parts that need no GPU (arguments, shapes, table, verdicts)
-are tested on the CPU (``tests/patchset/test_bench_kv_state_update.py``).
+Each form is timed *kinds* of ways (every one but ``torch`` compiled through the
+patch set; TensorRT-RTX and the standard flavour alike, no plugin):
+
+- **torch**: the model run by PyTorch (its own in-place copy; the bound);
+- **engine**: ``convert_exported_program_to_serialized_trt_engine``'s engine,
+  bound as its alias map says: the state's memory, seen with the engine's shape
+  (``binding_shape``), for the state and for its aliased output; no copy;
+- **module**: ``torch_tensorrt.dynamo.compile``'s module, called as a user would.
+
+And one reference per size, **copy_back_engine** (and its module): the ``4d_run``
+update given as a tensor of n positions (``index_copy_``), which the layer cannot
+take (the positions need not be contiguous): ordinary layers write a new state,
+which the caller copies back.
+
+Each way is first checked against PyTorch over two steps, then timed with CUDA
+events on a stream of its own (median per step, the position moving every step).
+Prints a table, which ways are flat in the state size (largest <= 2x smallest), and
+the targets at 1 GiB for each form's engine: within 1.5x of the form's PyTorch
+step, and at least 50x faster than ``copy_back_engine``. ``--json`` writes all of
+it. Without a CUDA device it says so in one sentence and exits 2. The parts that
+need no GPU (arguments, shapes, models, table, verdicts) are tested on the CPU
+(``tests/patchset/test_bench_kv_state_update.py``).
 """
 
 import argparse
@@ -46,46 +49,156 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from state_update import (  # noqa: E402  (its sibling, for the shared parts)
+    FLAT,
     _timed,
     _trt,
-    bench_parser,
     bind_addresses,
-    bind_buffers,
     flatness,
-    parse_bench_args,
-    target_lines,
-    targets_at,
+    flatness_lines,
 )
 from state_update import format_row as shared_format_row  # noqa: E402
 from state_update import header as shared_header  # noqa: E402
 
 HEADS, HEAD_DIM = 8, 128
+ROW = 1024  # the row of a 2-D state
 FRACTION = 1000  # 1 / fraction of the state written per step (0.1%)
-WAYS = (
-    "torch",
-    "in_place_engine",
-    "in_place_module",
-    "copy_back_engine",
-    "copy_back_module",
-    "same_address_engine",
-)
-ENGINE_WAYS = ("in_place_engine", "copy_back_engine", "same_address_engine")
+FORMS = ("4d_b1", "4d_b4", "4d_run", "2d_rows", "bshd", "buffer")
+KINDS = ("torch", "engine", "module")
+COPY_BACK = ("copy_back_engine", "copy_back_module")
 TARGET_MIB = 1024
-TARGET_VS_TORCH = 2.0  # in place within 2x of PyTorch's own in-place kernel
+TARGET_VS_TORCH = 1.5  # each form's engine within 1.5x of PyTorch's own step
 TARGET_VS_COPY_BACK = 50.0  # and at least 50x faster than copy-back
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
-    return parse_bench_args(bench_parser(__doc__.split("\n")[0], WAYS), argv)
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument(
+        "--sizes-mib", type=int, nargs="+", default=[16, 256, 1024, 4096]
+    )
+    parser.add_argument("--steps", type=int, default=50)
+    parser.add_argument("--forms", nargs="+", choices=FORMS, default=list(FORMS))
+    parser.add_argument("--kinds", nargs="+", choices=KINDS, default=list(KINDS))
+    parser.add_argument(
+        "--no-copy-back", action="store_true", help="leave out the copy-back reference"
+    )
+    parser.add_argument("--json", metavar="PATH", help="write the results as JSON")
+    args = parser.parse_args(argv)
+    if args.steps < 1 or any(m < 1 for m in args.sizes_mib):
+        parser.error("--steps and --sizes-mib take positive numbers")
+    return args
 
 
-def shapes_of(mib: int) -> Tuple[Tuple[int, int, int, int], int, int]:
-    """(state shape, write position, positions written per step) for ``mib`` MiB."""
-    positions = mib * 1024 * 1024 // (HEADS * HEAD_DIM * 4)
-    if positions < 2:
-        raise ValueError(f"A {mib} MiB state has fewer than two positions")
-    written = max(1, positions // FRACTION)
-    return (1, HEADS, positions, HEAD_DIM), positions // 2, written
+def ways_of(args: argparse.Namespace) -> List[str]:
+    """The ways timed: ``<form>:<kind>``, then the copy-back reference."""
+    ways = [f"{form}:{kind}" for form in args.forms for kind in args.kinds]
+    return ways + ([] if args.no_copy_back else list(COPY_BACK))
+
+
+class Form:
+    """A model writing a state of a given size, and its arguments at a step."""
+
+    def __init__(self, name: str, mib: int) -> None:
+        self.name = name
+        elements = mib * 1024 * 1024 // 4
+        if name == "2d_rows":
+            self.shape: Tuple[int, ...] = (elements // ROW, ROW)
+            self.axis = 0
+        elif name in ("bshd", "buffer"):
+            self.shape = (1, elements // (HEADS * HEAD_DIM), HEADS, HEAD_DIM)
+            self.axis = 1
+        else:
+            batch = 4 if name == "4d_b4" else 1
+            self.shape = (
+                batch,
+                HEADS,
+                elements // (batch * HEADS * HEAD_DIM),
+                HEAD_DIM,
+            )
+            self.axis = 2
+        positions = self.shape[self.axis]
+        if positions < 8:
+            raise ValueError(f"A {mib} MiB state has fewer than 8 positions")
+        one = name in ("4d_b1", "4d_b4")
+        self.n = 1 if one else max(1, positions // FRACTION)
+        self.positions = positions
+
+    @property
+    def runtime_position(self) -> bool:
+        """Whether the position is an input (a tensor), else a constant of the model."""
+        return self.name in ("4d_b1", "4d_b4")
+
+    def position(self, step: int) -> int:
+        """Where step ``step`` writes: moving through the state when it is an input."""
+        moved = 7 * step if self.runtime_position else 0
+        return (self.positions // 3 + moved) % (self.positions - self.n)
+
+    def update(self, step: int, device: str = "cuda") -> torch.Tensor:
+        shape = list(self.shape)
+        shape[self.axis] = self.n
+        generator = torch.Generator().manual_seed(step)
+        return torch.randn(shape, generator=generator).to(device)
+
+    def module(self) -> torch.nn.Module:
+        if self.runtime_position:
+            return IndexWrite()
+        if self.name == "buffer":
+            return BufferWrite(self.shape, self.position(0))
+        return SliceWrite(self.axis, self.position(0))
+
+    def args(self, step: int, device: str = "cuda") -> Tuple[torch.Tensor, ...]:
+        """The arguments the model takes at ``step``, but the state."""
+        if self.runtime_position:
+            position = torch.tensor([self.position(step)], device=device)
+            return (position, self.update(step, device))
+        return (self.update(step, device),)
+
+    def expected(self, state: torch.Tensor, step: int) -> torch.Tensor:
+        """``state`` after step ``step``, by PyTorch."""
+        out = state.clone()
+        index = [slice(None)] * self.axis + [
+            slice(self.position(step), self.position(step) + self.n)
+        ]
+        out[tuple(index)] = self.update(step, str(state.device))
+        return out
+
+
+class IndexWrite(torch.nn.Module):
+    def forward(self, cache, position, update):  # type: ignore[no-untyped-def]
+        cache.index_copy_(2, position, update)
+        return update * 2
+
+
+class SliceWrite(torch.nn.Module):
+    """``state[..., p:p+n, ...] = update`` along ``axis``."""
+
+    def __init__(self, axis: int, position: int) -> None:
+        super().__init__()
+        self.axis, self.position = axis, position
+
+    def forward(self, state, update):  # type: ignore[no-untyped-def]
+        p, n = self.position, update.shape[self.axis]
+        state[(slice(None),) * self.axis + (slice(p, p + n),)] = update
+        return update * 2
+
+
+class BufferWrite(torch.nn.Module):
+    def __init__(self, shape: Sequence[int], position: int) -> None:
+        super().__init__()
+        self.position = position
+        self.register_buffer("state", torch.zeros(shape))
+
+    def forward(self, update):  # type: ignore[no-untyped-def]
+        p, n = self.position, update.shape[1]
+        self.state[:, p : p + n] = update
+        return update * 2
+
+
+class CopyBackWrite(torch.nn.Module):
+    """The ``4d_run`` update at positions given as a tensor: copied back."""
+
+    def forward(self, cache, positions, update):  # type: ignore[no-untyped-def]
+        cache.index_copy_(2, positions, update)
+        return update * 2
 
 
 def header(ways: Sequence[str]) -> str:
@@ -97,32 +210,48 @@ def format_row(mib: int, times_ms: Mapping[str, float], ways: Sequence[str]) -> 
 
 
 def verdicts(results: Mapping[int, Mapping[str, float]]) -> Dict[str, Any]:
-    """Which ways are flat in the state size, and the targets at TARGET_MIB.
+    """Which ways are flat in the state size, and each form's targets at TARGET_MIB.
 
     ``results`` maps state MiB -> way -> median step ms.
     """
-    return {
-        "flat": flatness(results, WAYS),
-        "targets": targets_at(
-            results.get(TARGET_MIB, {}),
-            TARGET_MIB,
-            ("in_place_engine",),
-            "torch",
-            "copy_back_engine",
-            TARGET_VS_TORCH,
-            TARGET_VS_COPY_BACK,
-        ),
-    }
+    ways = sorted({w for r in results.values() for w in r})
+    at = results.get(TARGET_MIB, {})
+    targets = {}
+    for form in FORMS:
+        engine, bound = at.get(f"{form}:engine"), at.get(f"{form}:torch")
+        copy_back = at.get("copy_back_engine")
+        if not (engine and bound and copy_back):
+            continue
+        targets[form] = {
+            "state_mib": TARGET_MIB,
+            "vs_torch": engine / bound,
+            "max_vs_torch": TARGET_VS_TORCH,
+            "vs_torch_met": engine / bound <= TARGET_VS_TORCH,
+            "speedup_vs_copy_back": copy_back / engine,
+            "min_speedup": TARGET_VS_COPY_BACK,
+            "speedup_met": copy_back / engine >= TARGET_VS_COPY_BACK,
+        }
+    return {"flat": flatness(results, ways), "targets": targets}
 
 
 def describe(verdict: Mapping[str, Any]) -> List[str]:
     """The verdicts as sentences."""
-    return target_lines(
-        verdict,
-        "PyTorch's in-place copy",
-        "torch, in_place_engine and copy_back_engine",
-        TARGET_MIB,
-    )
+    lines = flatness_lines(verdict["flat"])
+    if not verdict["targets"]:
+        lines.append(
+            f"targets: not evaluated (needs a form's torch and engine, and "
+            f"copy_back_engine, at {TARGET_MIB} MiB)"
+        )
+    for form, t in verdict["targets"].items():
+        lines.append(
+            f"target at {t['state_mib']} MiB, {form}:engine: {t['vs_torch']:.2f}x "
+            f"PyTorch's step (target <= {t['max_vs_torch']:g}x): "
+            f"{'met' if t['vs_torch_met'] else 'MISSED'}; "
+            f"{t['speedup_vs_copy_back']:.1f}x faster than copy_back_engine "
+            f"(target >= {t['min_speedup']:g}x): "
+            f"{'met' if t['speedup_met'] else 'MISSED'}"
+        )
+    return lines
 
 
 def missing_requirement() -> Optional[str]:
@@ -132,29 +261,9 @@ def missing_requirement() -> Optional[str]:
     return None
 
 
-class Write4d(torch.nn.Module):
-    """The update ``IKVCacheUpdateLayer`` takes: positions of axis 2 of a 4-D cache."""
-
-    def __init__(self, position: int) -> None:
-        super().__init__()
-        self.position = position
-
-    def forward(self, cache, update):  # type: ignore[no-untyped-def]
-        n = update.shape[2]
-        cache[:, :, self.position : self.position + n, :] = update
-        return update * 2
-
-
-class Write3d(Write4d):
-    """The same write on the same memory seen as 3-D: ordinary layers."""
-
-    def forward(self, cache, update):  # type: ignore[no-untyped-def]
-        n = update.shape[1]
-        cache[:, self.position : self.position + n, :] = update
-        return update * 2
-
-
-def _engine(module: torch.nn.Module, args: Sequence[torch.Tensor]) -> Tuple[Any, Any]:
+def _engine(
+    module: torch.nn.Module, args: Sequence[torch.Tensor], **settings: Any
+) -> Tuple[bytes, List[Dict[str, Any]]]:
     """The serialized engine of ``module`` and its alias map entries."""
     import torch_tensorrt
 
@@ -166,8 +275,8 @@ def _engine(module: torch.nn.Module, args: Sequence[torch.Tensor]) -> Tuple[Any,
                 ep,
                 arg_inputs=list(args),
                 min_block_size=1,
-                require_full_compilation=True,
                 alias_map_path=path,
+                **settings,
             )
         )
         with open(path) as f:
@@ -175,77 +284,156 @@ def _engine(module: torch.nn.Module, args: Sequence[torch.Tensor]) -> Tuple[Any,
     return engine, aliases
 
 
-def _runner(
-    way: str, cache: torch.Tensor, update: torch.Tensor, position: int
-) -> Tuple[Callable[[], Any], Dict[str, Any]]:
-    """A callable doing one step of ``way`` on ``cache``, and facts about it."""
+def engine_view(tensor: torch.Tensor, alias: Mapping[str, Any]) -> torch.Tensor:
+    """``tensor`` (a state) seen with the engine's shape of it, as the alias map gives."""
+    shape = alias.get("binding_shape")
+    if shape is None or list(tensor.shape) == list(shape):
+        return tensor
+    return tensor.view([tensor.shape[0] if d == -1 else d for d in shape])
+
+
+class EngineRunner:
+    """A serialized engine bound as its alias map says."""
+
+    def __init__(
+        self, engine_bytes: bytes, aliases: Sequence[Mapping[str, Any]]
+    ) -> None:
+        from torch_tensorrt._enums import dtype
+
+        self.trt = trt = _trt()
+        self.engine = trt.Runtime(trt.Logger()).deserialize_cuda_engine(engine_bytes)
+        self.context = self.engine.create_execution_context()
+        self.aliases = list(aliases)
+        names = [
+            self.engine.get_tensor_name(i) for i in range(self.engine.num_io_tensors)
+        ]
+        out = trt.TensorIOMode.OUTPUT
+        self.inputs = [n for n in names if self.engine.get_tensor_mode(n) != out]
+        self.outputs = [n for n in names if self.engine.get_tensor_mode(n) == out]
+        self.dtypes = {
+            n: dtype._from(self.engine.get_tensor_dtype(n)).to(torch.dtype)
+            for n in self.outputs
+        }
+        self.facts: Dict[str, Any] = {
+            "alias_map": self.aliases,
+            "engine_aliases": {
+                a["output"]: self.engine.get_aliased_input_tensor(a["output"])
+                for a in self.aliases
+            },
+            "engine_input_shapes": {
+                n: list(self.engine.get_tensor_shape(n)) for n in self.inputs
+            },
+        }
+        self.copies: List[Tuple[torch.Tensor, torch.Tensor]] = []
+
+    def bind(self, tensors: Mapping[str, torch.Tensor]) -> None:
+        """Bind ``tensors`` (by input binding) and the outputs, per the alias map."""
+        in_place = {a["output"]: a for a in self.aliases if a["update"] == "in_place"}
+        copy = {a["output"]: a["input"] for a in self.aliases if a["update"] == "copy"}
+        state_alias = {a["input"]: a for a in in_place.values()}
+        bound: Dict[str, torch.Tensor] = {}
+        for name in self.inputs:
+            tensor = tensors[name]
+            if name in state_alias:
+                tensor = engine_view(tensor, state_alias[name])
+            if not self.context.set_input_shape(name, tuple(tensor.shape)):
+                raise RuntimeError(f"set_input_shape failed for {name}")
+            bound[name] = tensor
+        self.copies = []
+        for name in self.outputs:
+            if name in in_place:
+                bound[name] = bound[in_place[name]["input"]]
+                continue
+            shape = tuple(self.context.get_tensor_shape(name))
+            bound[name] = torch.empty(shape, dtype=self.dtypes[name], device="cuda")
+            if name in copy:
+                state = tensors[copy[name]]
+                self.copies.append((state, bound[name].view(state.shape)))
+        bind_addresses(self.context, bound)
+
+    def execute(self) -> None:
+        stream = torch.cuda.current_stream()
+        if not self.context.execute_async_v3(stream.cuda_stream):
+            raise RuntimeError("execute_async_v3 failed")
+        for state, new in self.copies:
+            state.copy_(new)
+
+
+Step = Tuple[Callable[[], Any], Callable[[], torch.Tensor]]
+
+
+def _runner(way: str, mib: int) -> Tuple[Callable[[int], Step], Dict[str, Any]]:
+    """For ``way``: a function of the step giving (a run of it, the state), and facts."""
     import torch_tensorrt
 
-    if way == "torch":
-        return (
-            lambda: cache[:, :, position : position + update.shape[2], :].copy_(update)
-        ), {}
-    three_d = way.startswith(("copy_back", "same_address"))
-    state = cache.view(cache.shape[1:]) if three_d else cache
-    new = update.view(update.shape[1:]) if three_d else update
-    module = (Write3d if three_d else Write4d)(position)
-    if way.endswith("_module"):
-        ep = torch.export.export(module, (state, new))
-        compiled = torch_tensorrt.dynamo.compile(
-            ep, arg_inputs=[state, new], min_block_size=1
+    copy_back = way.startswith("copy_back")
+    form = Form("4d_run" if copy_back else way.split(":")[0], mib)
+    kind = way.split("_")[-1] if copy_back else way.split(":")[1]
+    facts: Dict[str, Any] = {"shape": list(form.shape), "positions_per_step": form.n}
+    module: torch.nn.Module = (CopyBackWrite() if copy_back else form.module()).cuda()
+    buffer = form.name == "buffer" and not copy_back
+    state = module.state if buffer else torch.zeros(form.shape, device="cuda")
+
+    def args(step: int) -> Tuple[torch.Tensor, ...]:
+        if copy_back:
+            p = form.position(step)
+            values = (torch.arange(p, p + form.n, device="cuda"), form.update(step))
+        else:
+            values = form.args(step)
+        return values if buffer else (state,) + values
+
+    if kind == "torch":
+        call: Callable[..., Any] = module
+        state_of = lambda: state  # noqa: E731
+    elif kind == "module":
+        ep = torch.export.export(module, args(0))
+        call = torch_tensorrt.dynamo.compile(
+            ep, arg_inputs=list(args(0)), min_block_size=1
         )
-        return (lambda: compiled(state, new)), {}
+        state_of = (lambda: call.state) if buffer else (lambda: state)  # noqa: E731
+    else:
+        settings = {"lift_mutable_buffers": True} if buffer else {}
+        runner = EngineRunner(*_engine(module, args(0), **settings))
+        facts.update(runner.facts)
 
-    from torch_tensorrt.dynamo.lowering._mutation_write_backs import (
-        check_in_place_bindings,
-    )
+        def step_of(step: int) -> Step:
+            values = args(step) + ((state,) if buffer else ())
+            runner.bind(dict(zip(runner.inputs, values)))
+            return runner.execute, lambda: state
 
-    trt = _trt()
-    engine_bytes, aliases = _engine(module, (state, new))
-    facts: Dict[str, Any] = {"alias_map": aliases}
-    if way == "same_address_engine":
-        aliases = [dict(a, update="in_place") for a in aliases]
-    engine = trt.Runtime(trt.Logger()).deserialize_cuda_engine(engine_bytes)
-    facts["engine_aliases"] = {
-        a["output"]: engine.get_aliased_input_tensor(a["output"]) for a in aliases
-    }
-    context = engine.create_execution_context()
-    buffers, copies = bind_buffers(engine, {"cache": state, "update": new}, aliases)
-    check_in_place_bindings(aliases, {n: t.data_ptr() for n, t in buffers.items()})
-    bind_addresses(context, buffers)
+        return step_of, facts
 
-    def run() -> None:
-        stream = torch.cuda.current_stream()
-        if not context.execute_async_v3(stream.cuda_stream):
-            raise RuntimeError(f"{way}: execute_async_v3 failed")
-        for dst, src in copies:
-            dst.copy_(src)
+    def step_of(step: int) -> Step:
+        values = args(step)
+        return (lambda: call(*values)), state_of
 
-    return run, facts
+    return step_of, facts
 
 
 def check_and_time(way: str, mib: int, steps: int) -> Tuple[float, Dict[str, Any]]:
     """Median ms per step of ``way`` on a state of ``mib`` MiB, after checking it."""
-    shape, position, n = shapes_of(mib)
-    cache = torch.randn(shape, device="cuda")
-    update = torch.randn(shape[0], shape[1], n, shape[3], device="cuda")
-    expected = cache.clone()
-    expected[:, :, position : position + n, :] = update
-    run, facts = _runner(way, cache, update, position)
-    torch.cuda.synchronize()
-    before = torch.cuda.memory_stats()["allocated_bytes.all.allocated"]
-    run()
-    torch.cuda.synchronize()
-    allocated = torch.cuda.memory_stats()["allocated_bytes.all.allocated"] - before
-    facts["correct"] = bool(torch.equal(cache, expected))
-    # what PyTorch allocated during the step: a way that computes a new state
+    step_of, facts = _runner(way, mib)
+    form = Form("4d_run" if way.startswith("copy_back") else way.split(":")[0], mib)
+    for step in range(2):
+        run, state_of = step_of(step)
+        expected = form.expected(state_of(), step)
+        torch.cuda.synchronize()
+        before = torch.cuda.memory_stats()["allocated_bytes.all.allocated"]
+        run()
+        torch.cuda.synchronize()
+        allocated = torch.cuda.memory_stats()["allocated_bytes.all.allocated"] - before
+        if not torch.equal(state_of(), expected):
+            raise RuntimeError(
+                f"{way} at {mib} MiB, step {step}: the state differs from PyTorch's"
+            )
+    facts["correct"] = True
+    # what PyTorch allocated during a step: a way that computes a new state
     # allocates one (copy-back); a way that writes the state in place, less
     facts["allocated_bytes_per_step"] = allocated
-    facts["allocates_a_new_state"] = allocated >= cache.nbytes
-    if not facts["correct"] and way != "same_address_engine":
-        raise RuntimeError(f"{way} at {mib} MiB: the state differs from PyTorch's")
+    facts["allocates_a_new_state"] = allocated >= state_of().nbytes
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
+    run, _ = step_of(2)
     return _timed(run, stream, steps), facts
 
 
@@ -257,15 +445,16 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         raise SystemExit(2)
     import torch_tensorrt
 
-    print(header(args.ways))
+    ways = ways_of(args)
+    print(header(ways))
     results: Dict[int, Dict[str, float]] = {}
     facts: Dict[int, Dict[str, Any]] = {}
     for mib in args.sizes_mib:
         results[mib], facts[mib] = {}, {}
-        for way in args.ways:
+        for way in ways:
             results[mib][way], facts[mib][way] = check_and_time(way, mib, args.steps)
             torch.cuda.empty_cache()
-        print(format_row(mib, results[mib], args.ways), flush=True)
+        print(format_row(mib, results[mib], ways), flush=True)
     verdict = verdicts(results)
     for line in describe(verdict):
         print(line)
@@ -277,7 +466,6 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
                     "torch_tensorrt": torch_tensorrt.__version__,
                     "torch": torch.__version__,
                     "steps": args.steps,
-                    "state": f"fp32 [1, {HEADS}, S, {HEAD_DIM}]",
                     "fraction_written": 1 / FRACTION,
                     "median_ms": {str(m): r for m, r in results.items()},
                     "facts": {str(m): f for m, f in facts.items()},

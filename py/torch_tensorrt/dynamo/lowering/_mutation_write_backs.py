@@ -64,6 +64,11 @@ class WriteBack:
     output_name: str
     update: str = "copy"
     binding: Optional[str] = None
+    # ``binding: engine`` only: the caller's tensor's shape, and the shape the
+    # engine's input and output have (the same memory seen in the form
+    # IKVCacheUpdateLayer takes); -1 for a dynamic dimension
+    state_shape: Optional[List[int]] = None
+    binding_shape: Optional[List[int]] = None
 
 
 def _in_place_update(placeholder: torch.fx.Node, value: Any) -> Tuple[bool, str]:
@@ -258,6 +263,25 @@ def network_in_place_updates(
     return result
 
 
+def with_state_shapes(
+    write_backs: Sequence[WriteBack],
+    shapes: Mapping[str, Tuple[List[int], List[int]]],
+) -> List[WriteBack]:
+    """``write_backs`` whose ``binding: engine`` entries give the state's two shapes.
+
+    ``shapes`` maps an input binding to the caller's shape of it and the
+    engine's (see ``declare_state_views``). A C++ caller binds the state's own
+    memory with the engine's shape, for the input and for the aliased output.
+    """
+    result = []
+    for w in write_backs:
+        if w.binding == "engine" and w.input_name in shapes:
+            state_shape, binding_shape = shapes[w.input_name]
+            w = replace(w, state_shape=state_shape, binding_shape=binding_shape)
+        result.append(w)
+    return result
+
+
 def alias_map(write_backs: Sequence[WriteBack]) -> Dict[str, Any]:
     """Machine-readable map of which engine output carries which input's new value.
 
@@ -279,6 +303,9 @@ def alias_map(write_backs: Sequence[WriteBack]) -> Dict[str, Any]:
         entry = {"output": w.output_name, "input": w.input_name, "update": w.update}
         if w.update == "in_place":
             entry["binding"] = w.binding or "declared_alias"
+        if w.state_shape is not None:
+            entry["state_shape"] = list(w.state_shape)
+            entry["binding_shape"] = list(w.binding_shape or w.state_shape)
         entries.append(entry)
     return {
         "format": ALIAS_MAP_FORMAT,

@@ -108,6 +108,34 @@ class SliceWriteAxis1(torch.nn.Module):
         return new * 2
 
 
+class BufferSliceWriteAxis1(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("cache", torch.zeros(2, S, 4, 8))
+
+    def forward(self, new):
+        self.cache[:, 5:7] = new
+        return self.cache.sum(dim=1)
+
+
+class SliceRows(torch.nn.Module):
+    def forward(self, state, new):
+        state[5:7] = new
+        return new * 2
+
+
+class SliceWriteAxis3(torch.nn.Module):
+    def forward(self, cache, new):
+        cache[:, :, :, 5:7] = new
+        return new * 2
+
+
+class SliceWrite16(torch.nn.Module):
+    def forward(self, cache, new):
+        cache[:, :, 40:56, :] = new
+        return new * 2
+
+
 class StridedWrite(torch.nn.Module):
     def forward(self, cache, new):
         cache[:, :, 0:8:2, :] = new
@@ -190,6 +218,13 @@ def _kv(batch=2, n=2, dtype=torch.float32):
     return torch.zeros(batch, 4, S, 8, dtype=dtype), new.to(dtype)
 
 
+def _kv5(dtype=torch.float32):
+    """A ``[2, 3, 2, S, 8]`` state and two new positions of it."""
+    torch.manual_seed(0)
+    new = torch.randn(2, 3, 2, 2, 8) * 10
+    return torch.zeros(2, 3, 2, S, 8, dtype=dtype), new.to(dtype)
+
+
 def _kv_at(position, batch=1, dtype=torch.float32):
     cache, new = _kv(batch, len(position), dtype)
     return cache, torch.tensor(position), new
@@ -267,9 +302,9 @@ PATTERNS = [
         "lifted buffer, never read in the engine after the write",
         lambda: BufferSliceWrite(read_after=False),
         lambda: _kv()[1:],
-        COPY,
-        "2.14.0's buffer lifting keeps a write that nothing reads alive as a "
-        "copy-back output, and forbids the layer for it",
+        IN_PLACE,
+        "kept alive as an output, which is the layer's and aliases the buffer "
+        "(2.14.0's buffer lifting forbade the layer for it and copied it back)",
         LIFTED,
     ),
     Pattern(
@@ -277,8 +312,9 @@ PATTERNS = [
         "4-D input, batch 2, one position",
         IndexCopy,
         lambda: _kv_at([3], batch=2),
-        COPY,
-        "2.14.0 takes batch 1 only: the layer needs one position per batch row",
+        IN_PLACE,
+        "the position is written in every batch row: the layer's write indices "
+        "are the position repeated (2.14.0 took batch 1 only)",
     ),
     Pattern(
         "`cache.index_copy_(2, pos, new)`",
@@ -294,8 +330,9 @@ PATTERNS = [
         "4-D input, dynamic batch",
         SliceWrite,
         _kv,
-        COPY,
-        "2.14.0 makes the layer's write positions a constant of the batch size",
+        IN_PLACE,
+        "the write indices follow the batch size at run time (2.14.0 made them a "
+        "constant of the batch size, and copied back)",
         dynamic={0: 0, 1: 0},
     ),
     Pattern(
@@ -303,10 +340,9 @@ PATTERNS = [
         "4-D input, `p` a dynamic size (`prefix.shape[2]`)",
         SliceAtLength,
         lambda: (torch.zeros(1, 4, S, 8), torch.zeros(1, 4, 3, 8), _kv(1, 1)[1]),
-        COPY,
-        "2.14.0's lowering turns a slice with symbolic bounds into a scatter "
-        "(`decompose_dynamic_slice_scatter`); `index_copy_` with a position tensor "
-        "goes in place",
+        IN_PLACE,
+        "the layer reads the start at run time (2.14.0's lowering turned a slice "
+        "with symbolic bounds into a scatter, `decompose_dynamic_slice_scatter`)",
         dynamic={1: 2},
     ),
     Pattern(
@@ -323,16 +359,58 @@ PATTERNS = [
         "3-D input `[B, S, D]`",
         SliceWriteAxis1,
         lambda: tuple(t[:, 0].contiguous() for t in _kv()),
-        COPY,
-        "the layer takes caches of 4 dims only",
+        IN_PLACE,
+        "seen as `[B, 1, S, D]`, the layer's form: the engine's input has that "
+        "shape, a view of the caller's memory (2.14.0 took 4-D caches only)",
     ),
     Pattern(
         "`cache[:, p:p+n, :, :] = new`",
         "4-D input `[B, S, H, D]`, written along axis 1",
         SliceWriteAxis1,
         lambda: tuple(t.transpose(1, 2).contiguous() for t in _kv()),
-        COPY,
-        "the layer writes along axis 2 only",
+        IN_PLACE,
+        "seen as `[B, 1, S, H*D]` (2.14.0 took writes along axis 2 only)",
+    ),
+    Pattern(
+        "`self.cache[:, p:p+n] = new`",
+        "lifted buffer `[B, S, H, D]`, written along axis 1",
+        lambda: BufferSliceWriteAxis1(),
+        lambda: (_kv()[1].transpose(1, 2).contiguous(),),
+        IN_PLACE,
+        "as for an input",
+        LIFTED,
+    ),
+    Pattern(
+        "`state[p:p+n] = new`",
+        "2-D input `[N, D]`, rows",
+        SliceRows,
+        lambda: (torch.zeros(S, 8), torch.randn(2, 8)),
+        IN_PLACE,
+        "seen as `[1, 1, N, D]`",
+    ),
+    Pattern(
+        "`state.index_copy_(0, row, new)`",
+        "2-D input `[N, D]`, one row, `row` a tensor given at run time",
+        lambda: IndexCopy(dim=0),
+        lambda: (torch.zeros(S, 8), torch.tensor([3]), torch.randn(1, 8)),
+        IN_PLACE,
+        "seen as `[1, 1, N, D]`, the row read at run time",
+    ),
+    Pattern(
+        "`cache[:, :, :, p:p+n] = new`",
+        "5-D input `[B, H1, H2, S, D]`, bfloat16, written along axis 3",
+        SliceWriteAxis3,
+        lambda: _kv5(torch.bfloat16),
+        IN_PLACE,
+        "seen as `[B, H1*H2, S, D]`",
+    ),
+    Pattern(
+        "`cache[:, :, p:p+16, :] = new`",
+        "4-D input, a run of 16 positions",
+        SliceWrite16,
+        lambda: _kv(n=16),
+        IN_PLACE,
+        "the layer writes a run of any length",
     ),
     Pattern(
         "`state.index_copy_(0, rows, new)`",
@@ -340,7 +418,8 @@ PATTERNS = [
         lambda: IndexCopy(dim=0),
         lambda: (torch.zeros(64, 8), torch.tensor([3, 9]), torch.randn(2, 8)),
         COPY,
-        "not a 4-D cache written along axis 2",
+        "positions given by a tensor of more than one need not be contiguous; the "
+        "layer writes one run",
     ),
     Pattern(
         "`cache[:, :, 0:8:2, :] = new`",

@@ -33,7 +33,9 @@ they are scatters into a new tensor.
 from __future__ import annotations
 
 import logging
-from typing import Any, Collection, List, Optional, Tuple
+import math
+from dataclasses import dataclass
+from typing import Any, Collection, List, Optional, Sequence, Tuple
 
 import torch
 from torch_tensorrt._enums import dtype
@@ -225,3 +227,230 @@ def kv_cache_has_no_other_reader(
             "layer would write it in place before they read it"
         )
     return True, "the write is its cache's only reader"
+
+
+# A write in the layer's form that view_state_writes_in_kv_cache_form made from a
+# state update: the converters take it on the layer at any batch size, also a
+# dynamic one, and with a start position known at run time.
+KV_STATE_WRITE = "_trt_kv_state_write"
+
+# A view of a state at an engine's boundary: the state seen in the layer's form
+# ("input"), or the layer's output seen in the state's own shape ("output").
+STATE_VIEW = "_trt_state_view"
+
+
+def kv_layer_view(
+    shape: Sequence[Any], axis: int
+) -> Tuple[Optional[Tuple[int, int, int, int]], str]:
+    """The layer's ``[B', H', S, D']`` form of a contiguous state written along ``axis``.
+
+    ``B'`` is the state's first dimension (``-1`` when it is dynamic), ``H'`` the
+    product of the dimensions between it and ``axis``, ``S`` the size of ``axis``
+    and ``D'`` the product of the dimensions after it; a write along axis 0 has
+    ``B' = H' = 1``. The layer writes the same run of ``S`` in every ``[B', H']``
+    row, which is what a slab write along ``axis`` is. Returns ``(view, reason)``;
+    ``view`` is None where the layer cannot take the state (a dynamic dimension
+    other than the first, or the written one).
+    """
+    dynamic = [i for i, size in enumerate(shape) if not isinstance(size, int)]
+    if axis in dynamic:
+        return None, f"the written axis {axis} has a dynamic size"
+    if any(i != 0 for i in dynamic):
+        return None, (
+            f"dimensions {dynamic} of the state are dynamic; the layer takes a "
+            "dynamic first dimension only"
+        )
+    if axis == 0:
+        batch, heads = 1, 1
+    else:
+        batch = -1 if dynamic else int(shape[0])
+        heads = math.prod(shape[1:axis])
+    view = (batch, heads, int(shape[axis]), math.prod(shape[axis + 1 :]))
+    return view, f"the state seen as {list(view)} is written along axis 2"
+
+
+@dataclass(frozen=True)
+class KVStateWrite:
+    """A state update the layer can make in place, as :func:`plan_kv_state_write` found it.
+
+    ``start`` is the first position written: a Python int, the graph node of a
+    SymInt (a slice at a symbolic start), or None for ``index_copy``, whose
+    ``index`` tensor holds it.
+    """
+
+    write: torch.fx.Node
+    cache: torch.fx.Node
+    source: torch.fx.Node
+    axis: int
+    length: int
+    start: Any
+    index: Optional[torch.fx.Node]
+    shape: Tuple[Any, ...]
+    view: Tuple[int, int, int, int]
+
+    @property
+    def in_layer_form(self) -> bool:
+        """Whether the state already has the layer's form (4-D, written along axis 2)."""
+        return len(self.shape) == 4 and self.axis == 2
+
+
+def _is_state_update(write: torch.fx.Node, cache: torch.fx.Node) -> bool:
+    """Whether ``write`` gives ``cache`` its new value (not a new tensor).
+
+    It does when the graph writes it back into ``cache`` (``aten.copy_``), or
+    when ``cache`` is a lifted buffer, whose write-back ``lift_mutated_buffers``
+    has taken over.
+    """
+    if cache.meta.get("_lifted_buffer") is not None:
+        return True
+    return any(
+        user.op == "call_function"
+        and user.target in (torch.ops.aten.copy_.default, torch.ops.aten.copy_)
+        and user.args[:2] == (cache, write)
+        for user in write.users
+    )
+
+
+def _slice_write_bounds(
+    write: torch.fx.Node, shape: Tuple[Any, ...]
+) -> Tuple[Optional[Tuple[int, int, Any]], str]:
+    """``(axis, length, start)`` of a ``slice_scatter`` the layer can take, or why not."""
+    args = list(write.args) + [None] * (6 - len(write.args))
+    _, source, dim, start, end, step = args[:6]
+    dim = 0 if dim is None else dim
+    if not isinstance(dim, int) or not -len(shape) <= dim < len(shape):
+        return None, f"its dim {dim!r} is not a dimension of the state"
+    axis = dim % len(shape)
+    if step not in (None, 1):
+        return None, f"a slice with step {step!r}; the layer writes a contiguous run"
+    source_val = source.meta.get("val") if isinstance(source, torch.fx.Node) else None
+    length = None if source_val is None else source_val.shape[axis]
+    if not isinstance(length, int):
+        return None, "the number of positions written is not static"
+    size = shape[axis]
+    start = 0 if start is None else start
+    if isinstance(start, int):
+        if isinstance(size, int) and start < 0:
+            start += size
+        if start == 0 and length == size:
+            return None, "a write of the whole axis (no state is kept)"
+        if not (isinstance(size, int) and 0 <= start and start + length <= size):
+            return None, f"positions {start}..{start + length - 1} are not in the state"
+    elif not (isinstance(start, torch.fx.Node) and isinstance(end, torch.fx.Node)):
+        return None, f"its start {start!r} is neither an int nor a size of the graph"
+    return (axis, length, start), ""
+
+
+def plan_kv_state_write(
+    write: torch.fx.Node, cache: Optional[torch.fx.Node] = None
+) -> Tuple[Optional[KVStateWrite], str]:
+    """Whether ``IKVCacheUpdateLayer`` can make the state update ``write`` in place.
+
+    ``write`` is a ``slice_scatter`` or ``index_copy`` node; ``cache`` the
+    placeholder it writes (default ``write.args[0]``; the buffer-lifting
+    prediction passes the input a clone of it will become). The layer can where
+    the write is a contiguous run of positions of a contiguous float32, float16
+    or bfloat16 state that is an engine input, the run is along one axis (any
+    rank; the state is seen in the layer's form, :func:`kv_layer_view`), the
+    write is the state's new value (written back into it, or a lifted buffer),
+    its last write and its only reader. Returns ``(plan, reason)``; the reason
+    is for the debug log.
+    """
+    if write.op != "call_function" or write.target not in (
+        torch.ops.aten.slice_scatter.default,
+        torch.ops.aten.index_copy.default,
+    ):
+        return None, "not a slice or index write"
+    if write.meta.get("_trt_no_kv_alias"):
+        return None, "the write is marked to stay a scatter (_trt_no_kv_alias)"
+    if cache is None:
+        cache = write.args[0] if isinstance(write.args[0], torch.fx.Node) else None
+    if cache is None or cache.op != "placeholder":
+        return None, "the state it writes is not an engine input"
+    if not _is_state_update(write, cache):
+        return None, (
+            f"its result is not written back into {cache.name}: a new tensor, and "
+            f"{cache.name} keeps its value"
+        )
+    val = cache.meta.get("val")
+    if not isinstance(val, torch.Tensor):
+        return None, f"{cache.name} has no tensor metadata"
+    eligible, reason = kv_cache_dtype_eligible(val.dtype)
+    if not eligible:
+        return None, reason
+    if not val.is_contiguous():
+        return (
+            None,
+            f"{cache.name} is not contiguous, so it has no view in the layer's form",
+        )
+    for check in (kv_write_is_final(write), kv_cache_has_no_other_reader(write, cache)):
+        if not check[0]:
+            return None, check[1]
+    shape = tuple(val.shape)
+    index = None
+    if write.target is torch.ops.aten.slice_scatter.default:
+        bounds, reason = _slice_write_bounds(write, shape)
+        if bounds is None:
+            return None, reason
+        axis, length, start = bounds
+        source = write.args[1]
+    else:
+        dim, index, source = write.args[1:4]
+        if not isinstance(dim, int) or not -len(shape) <= dim < len(shape):
+            return None, f"its dim {dim!r} is not a dimension of the state"
+        axis, start = dim % len(shape), None
+        index_val = index.meta.get("val") if isinstance(index, torch.fx.Node) else None
+        if index_val is None or tuple(index_val.shape) != (1,):
+            return None, (
+                "it writes positions given by a tensor of more than one; they need "
+                "not be contiguous, and the layer writes one run"
+            )
+        length = 1
+    view, reason = kv_layer_view(shape, axis)
+    if view is None:
+        return None, reason
+    assert isinstance(source, torch.fx.Node)
+    return (
+        KVStateWrite(write, cache, source, axis, length, start, index, shape, view),
+        reason,
+    )
+
+
+def kv_write_indices(ctx: Any, name: str, cache: Any, start: Any) -> Any:
+    """The layer's write indices: ``start`` for every row of ``cache``'s first dimension.
+
+    ``start`` is a Python int or an ``ITensor`` whose first element is the start
+    (a position tensor, or a size of the graph); ``cache`` is the layer's
+    ``[B', H', S, D']`` cache, whose ``B'`` may be dynamic. Returns an int32
+    ``ITensor`` of shape ``[B']``.
+    """
+    import numpy as np
+    import tensorrt as trt
+    from torch_tensorrt.dynamo.conversion.converter_utils import (
+        cast_trt_tensor,
+        get_trt_tensor,
+    )
+
+    if isinstance(start, int):
+        first = get_trt_tensor(ctx, np.array([start], dtype=np.int32), name + "_start")
+    else:
+        first = start
+        if len(first.shape) != 1:
+            reshape = ctx.net.add_shuffle(first)
+            reshape.reshape_dims = trt.Dims([-1])
+            first = reshape.get_output(0)
+        first = ctx.net.add_slice(first, (0,), (1,), (1,)).get_output(0)
+        if first.dtype != trt.int32:
+            first = cast_trt_tensor(ctx, first, trt.int32, name + "_start_int32")
+    batch = cache.shape[0]
+    if isinstance(batch, int) and batch == 1:
+        return first
+    if isinstance(batch, int) and batch > 1:
+        return ctx.net.add_slice(first, (0,), (batch,), (0,)).get_output(0)
+    # a dynamic first dimension: as many indices as the cache has rows at run time
+    rows = ctx.net.add_slice(
+        ctx.net.add_shape(cache).get_output(0), (0,), (1,), (1,)
+    ).get_output(0)
+    broadcast = ctx.net.add_slice(first, (0,), (1,), (0,))
+    broadcast.set_input(2, rows)
+    return broadcast.get_output(0)

@@ -1,0 +1,270 @@
+"""Put every state update ``IKVCacheUpdateLayer`` can make on that layer.
+
+The layer writes a contiguous run of positions along axis 2 of a ``[B, H, S, D]``
+cache that is a network input, in place, from a start position per batch row
+(``[B]`` write indices). A contiguous state of any rank written along one axis
+is such a cache once it is seen as ``[B', H', S, D']`` (:func:`kv_layer_view`):
+the dimensions before the axis become ``B' x H'``, those after it ``D'``. Seeing
+a contiguous tensor that way is a view, with no copy.
+
+For each state update the layer can make (:func:`plan_kv_state_write`), this pass
+rewrites the write into the layer's form::
+
+    state4 = aten.view(state, [B', H', S, D'])    # meta STATE_VIEW "input"
+    new4 = aten.reshape(new, [B', H', n, D'])
+    written = aten.slice_scatter(state4, new4, 2, p, p + n)   # or index_copy
+    aten.view(written, state.shape)               # meta STATE_VIEW "output"
+
+The write carries ``KV_STATE_WRITE``, with which the converters take it on the
+layer at any batch size (also a dynamic one) and with a start known only at run
+time (a slice at a symbolic start, an ``index_copy`` position). The two views
+marked ``STATE_VIEW`` are the engine's boundary: ``compile()``'s partitioners
+leave them to PyTorch, so the engine's input and its aliased output are the
+caller's memory seen in the layer's form; a standalone engine declares the input
+in that form instead (:func:`declare_state_views`), and its alias map gives both
+shapes. A reader of the new state inside the engine reads it through a view of
+its own, unmarked.
+
+A write the layer cannot make keeps its form and is copied back; the reason is
+logged at debug level.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from typing import Any, Dict, List, Sequence, Tuple
+
+import torch
+from torch_tensorrt._Input import Input
+from torch_tensorrt.dynamo._settings import CompilationSettings
+from torch_tensorrt.dynamo.conversion._functionalized_op import is_write_back
+from torch_tensorrt.dynamo.conversion.impl._kv_cache_layer import (
+    KV_STATE_WRITE,
+    STATE_VIEW,
+    KVStateWrite,
+    kv_layer_view,
+    plan_kv_state_write,
+)
+from torch_tensorrt.dynamo.lowering.passes.pass_utils import (
+    clean_up_graph_after_modifications,
+)
+
+logger = logging.getLogger(__name__)
+
+_WRITES = (torch.ops.aten.slice_scatter.default, torch.ops.aten.index_copy.default)
+
+
+def _call(
+    graph: torch.fx.Graph, target: Any, args: Tuple[Any, ...], val: Any
+) -> torch.fx.Node:
+    node = graph.call_function(target, args)
+    node.meta["val"] = val
+    return node
+
+
+def _new_values(plan: KVStateWrite) -> torch.fx.Node:
+    """The write's new values, without slice assignment's shape-only ``aten.copy``.
+
+    ``state[:, p:p+n] = new`` is ``slice_scatter(state, copy(slice(state), new))``
+    once functionalized; the ``copy`` reads only the slice's shape (of the state,
+    which would become an engine input of its own) and is ``new`` itself when
+    their shapes and types agree.
+    """
+    source = plan.source
+    if source.target is torch.ops.aten.copy.default and len(source.args) > 1:
+        new = source.args[1]
+        new_val = new.meta.get("val") if isinstance(new, torch.fx.Node) else None
+        val = source.meta.get("val")
+        if (
+            new_val is not None
+            and val is not None
+            and new_val.shape == val.shape
+            and new_val.dtype == val.dtype
+        ):
+            return new
+    return source
+
+
+def _rewrite(gm: torch.fx.GraphModule, plan: KVStateWrite) -> None:
+    graph, write = gm.graph, plan.write
+    batch, heads, _, inner = plan.view
+    # the state's own shape, as view() takes it: a dynamic first dimension is -1
+    shape_args = [s if isinstance(s, int) else -1 for s in plan.shape]
+    state_val = plan.cache.meta["val"]
+    new = _new_values(plan)
+    with graph.inserting_before(write):
+        state, values = plan.cache, new
+        if not plan.in_layer_form:
+            state = _call(
+                graph,
+                torch.ops.aten.view.default,
+                (plan.cache, list(plan.view)),
+                state_val.view(plan.view),
+            )
+            state.meta[STATE_VIEW] = {
+                "role": "input",
+                "axis": plan.axis,
+                "shape": list(shape_args),
+                "view": list(plan.view),
+            }
+            values = _call(
+                graph,
+                torch.ops.aten.reshape.default,
+                (new, [batch, heads, plan.length, inner]),
+                new.meta["val"].reshape(batch, heads, plan.length, inner),
+            )
+        if plan.index is not None:
+            args: Tuple[Any, ...] = (state, 2, plan.index, values)
+            target = torch.ops.aten.index_copy.default
+        else:
+            end = plan.write.args[4] if not isinstance(plan.start, int) else None
+            end = plan.start + plan.length if end is None else end
+            args = (state, values, 2, plan.start, end)
+            target = torch.ops.aten.slice_scatter.default
+        written = _call(graph, target, args, state.meta["val"].clone())
+        written.meta[KV_STATE_WRITE] = True
+        if plan.in_layer_form:
+            write.replace_all_uses_with(written)
+            graph.erase_node(write)
+            return
+    # The new state, in the state's own shape: once for what leaves the engine
+    # (the write-back into the state, an output), once for readers inside it
+    with graph.inserting_after(written):
+        inner_view = _call(
+            graph,
+            torch.ops.aten.view.default,
+            (written, shape_args),
+            write.meta["val"],
+        )
+        boundary_view = _call(
+            graph,
+            torch.ops.aten.view.default,
+            (written, shape_args),
+            write.meta["val"],
+        )
+        boundary_view.meta[STATE_VIEW] = {"role": "output", "input": plan.cache.name}
+    for user in list(write.users):
+        leaves = user.op == "output" or (
+            user.op == "call_function"
+            and user.target in (torch.ops.aten.copy_.default, torch.ops.aten.copy_)
+        )
+        user.replace_input_with(write, boundary_view if leaves else inner_view)
+    graph.erase_node(write)
+
+
+def view_state_writes_in_kv_cache_form(
+    gm: torch.fx.GraphModule, settings: CompilationSettings
+) -> torch.fx.GraphModule:
+    """Rewrite each state update ``IKVCacheUpdateLayer`` can make into its form.
+
+    See the module docstring. A ``slice_scatter`` or ``index_copy`` of an engine
+    input that the layer cannot take is left as it is, with the reason at debug
+    level.
+    """
+    rewritten: List[str] = []
+    for node in list(gm.graph.nodes):
+        if node.op != "call_function" or node.target not in _WRITES:
+            continue
+        state = node.args[0]
+        if not (isinstance(state, torch.fx.Node) and state.op == "placeholder"):
+            continue
+        plan, reason = plan_kv_state_write(node)
+        if plan is None:
+            logger.debug(
+                "%s: state %s is not updated in place by IKVCacheUpdateLayer: %s",
+                node.name,
+                state.name,
+                reason,
+            )
+            continue
+        logger.debug(
+            "%s: state %s %s is updated in place by IKVCacheUpdateLayer (%s)",
+            node.name,
+            state.name,
+            list(plan.shape),
+            reason,
+        )
+        _rewrite(gm, plan)
+        rewritten.append(state.name)
+    if rewritten:
+        gm = clean_up_graph_after_modifications(gm)
+        logger.debug(f"Graph after viewing state writes in KV-cache form:\n{gm.graph}")
+    return gm
+
+
+def _viewed_shape(shape: Sequence[int], axis: int) -> Tuple[int, ...]:
+    view, reason = kv_layer_view(tuple(int(s) for s in shape), axis)
+    assert view is not None, reason
+    return view
+
+
+def _viewed_input(spec: Input, axis: int) -> Input:
+    """``spec`` (an engine input's shapes) for the state seen in the layer's form."""
+    viewed = copy.copy(spec)
+    if isinstance(spec.shape, dict):
+        viewed.shape = {
+            key: _viewed_shape(shape, axis) for key, shape in spec.shape.items()
+        }
+        if spec.profiles:
+            viewed.profiles = [
+                {key: _viewed_shape(shape, axis) for key, shape in profile.items()}
+                for profile in spec.profiles
+            ]
+    else:
+        viewed.shape = _viewed_shape(spec.shape, axis)
+    example = getattr(spec, "torch_tensor", None)
+    if isinstance(example, torch.Tensor):
+        viewed.torch_tensor = example.reshape(_viewed_shape(example.shape, axis))
+    return viewed
+
+
+def _shape(val: Any) -> List[int]:
+    return [s if isinstance(s, int) else -1 for s in val.shape]
+
+
+def engine_state_shapes(gm: torch.fx.GraphModule) -> List[Tuple[List[int], List[int]]]:
+    """Per placeholder of ``gm``: its shape, as the caller's and the engine's (``-1`` dynamic)."""
+    shapes = []
+    for node in gm.graph.nodes:
+        if node.op == "placeholder":
+            val = node.meta.get("val")
+            shape = _shape(val) if isinstance(val, torch.Tensor) else []
+            shapes.append((shape, list(shape)))
+    return shapes
+
+
+def declare_state_views(
+    gm: torch.fx.GraphModule, inputs: List[Input]
+) -> Dict[int, Tuple[List[int], List[int]]]:
+    """Declare each state the engine writes in the layer's form as an input of that form.
+
+    For a standalone engine, which has no graph around it to take the views:
+    the placeholder of each state viewed by :func:`view_state_writes_in_kv_cache_form`
+    becomes the view itself (``inputs``, one per placeholder, is changed to
+    match), and the new state leaves the engine in that form. Returns, per
+    position of such a placeholder, the state's own shape and the engine
+    input's shape (``-1`` for a dynamic dimension), for the alias map.
+    """
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    shapes: Dict[int, Tuple[List[int], List[int]]] = {}
+    for node in list(gm.graph.nodes):
+        info = node.meta.get(STATE_VIEW)
+        if info is None:
+            continue
+        if info["role"] == "input":
+            state = node.args[0]
+            if any(u is not node and not is_write_back(u) for u in state.users):
+                # read as it is as well (lowering left a shape-only reader):
+                # the engine takes it as it is, and copies the write back
+                continue
+            position = placeholders.index(state)
+            inputs[position] = _viewed_input(inputs[position], info["axis"])
+            state.meta["val"] = node.meta["val"]
+            shapes[position] = (list(info["shape"]), list(info["view"]))
+        node.replace_all_uses_with(node.args[0])
+        gm.graph.erase_node(node)
+    if shapes:
+        gm.graph.lint()
+        gm.recompile()
+    return shapes
