@@ -325,6 +325,7 @@ class EngineRunner:
             },
         }
         self.copies: List[Tuple[torch.Tensor, torch.Tensor]] = []
+        self.bound: Dict[str, torch.Tensor] = {}
 
     def bind(self, tensors: Mapping[str, torch.Tensor]) -> None:
         """Bind ``tensors`` (by input binding) and the outputs, per the alias map."""
@@ -350,6 +351,7 @@ class EngineRunner:
                 state = tensors[copy[name]]
                 self.copies.append((state, bound[name].view(state.shape)))
         bind_addresses(self.context, bound)
+        self.bound = bound  # the engine reads and writes them until the next bind
 
     def execute(self) -> None:
         stream = torch.cuda.current_stream()

@@ -289,6 +289,10 @@ def alias_map(write_backs: Sequence[WriteBack]) -> Dict[str, Any]:
     (they must not be bound to the same memory: the engine may still read the
     input while it writes the output). ``"update": "in_place"``: bind the output
     to the input's address; the engine writes the input's memory itself.
+    ``"state_shape"`` and ``"binding_shape"`` (``binding: engine`` only): the
+    input's shape as the caller has it, and as the engine's input and output have
+    it, the same memory seen in the layer's form (``-1`` for a dynamic
+    dimension); bind the state's memory with ``binding_shape``.
     ``"binding"`` (``in_place`` only): ``"engine"``, a layer of TensorRT's own
     (``IKVCacheUpdateLayer``) writes the input in place; the engine reports the
     alias itself (``ICudaEngine::getAliasedInputTensor(output) == input``, so a
@@ -300,7 +304,11 @@ def alias_map(write_backs: Sequence[WriteBack]) -> Dict[str, Any]:
     """
     entries = []
     for w in write_backs:
-        entry = {"output": w.output_name, "input": w.input_name, "update": w.update}
+        entry: Dict[str, Any] = {
+            "output": w.output_name,
+            "input": w.input_name,
+            "update": w.update,
+        }
         if w.update == "in_place":
             entry["binding"] = w.binding or "declared_alias"
         if w.state_shape is not None:

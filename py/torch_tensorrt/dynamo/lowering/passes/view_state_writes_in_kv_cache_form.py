@@ -104,6 +104,7 @@ def _rewrite(gm: torch.fx.GraphModule, plan: KVStateWrite) -> None:
             )
             state.meta[STATE_VIEW] = {
                 "role": "input",
+                "state": plan.cache.name,
                 "axis": plan.axis,
                 "shape": list(shape_args),
                 "view": list(plan.view),
@@ -193,10 +194,23 @@ def view_state_writes_in_kv_cache_form(
     return gm
 
 
+def viewed_states(gm: torch.fx.GraphModule) -> Dict[str, str]:
+    """The state each view in the layer's form is of, by the view's name.
+
+    Under ``compile()`` such a view is the engine's input (its binding is the
+    view's name), bound to the state's own memory.
+    """
+    return {
+        node.name: node.meta[STATE_VIEW]["state"]
+        for node in gm.graph.nodes
+        if node.meta.get(STATE_VIEW, {}).get("role") == "input"
+    }
+
+
 def _viewed_shape(shape: Sequence[int], axis: int) -> Tuple[int, ...]:
     view, reason = kv_layer_view(tuple(int(s) for s in shape), axis)
     assert view is not None, reason
-    return view
+    return tuple(view)
 
 
 def _viewed_input(spec: Input, axis: int) -> Input:
