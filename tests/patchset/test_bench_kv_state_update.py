@@ -1,5 +1,6 @@
 """The CPU-testable parts of the GPU benchmark tools/bench/kv_state_update.py."""
 
+import json
 import subprocess
 import sys
 
@@ -111,3 +112,20 @@ def test_without_a_gpu_one_sentence_and_exit_2(bench):
         "The benchmark times engines on a GPU; this host has no CUDA device."
     )
     assert "Traceback" not in result.stderr
+
+
+def test_runs_at_several_sizes_merge_into_one(bench, tmp_path):
+    base = {"device": "GPU", "torch_tensorrt": "2.14.0", "torch": "2.11", "steps": 30}
+    small = dict(base, median_ms={"16": {"bshd:engine": 0.01}}, facts={"16": {}})
+    large = dict(base, median_ms={"1024": {"bshd:engine": 0.011}}, facts={"1024": {}})
+    paths = []
+    for i, run in enumerate((small, large)):
+        paths.append(tmp_path / f"{i}.json")
+        paths[-1].write_text(json.dumps(run))
+    out = tmp_path / "all.json"
+    bench.main(["--merge", *map(str, paths), "--json", str(out)])
+    result = json.loads(out.read_text())
+    assert set(result["median_ms"]) == {"16", "1024"}
+    assert result["flat"] == {"bshd:engine": True}
+    with pytest.raises(ValueError, match="runs differ in steps"):
+        bench.merged([small, dict(large, steps=5)])

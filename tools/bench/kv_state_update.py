@@ -82,6 +82,13 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         "--no-copy-back", action="store_true", help="leave out the copy-back reference"
     )
     parser.add_argument("--json", metavar="PATH", help="write the results as JSON")
+    parser.add_argument(
+        "--merge",
+        nargs="+",
+        metavar="JSON",
+        help="time nothing: merge the JSON of runs at other sizes (one process "
+        "per size keeps each run short), print the table and verdicts",
+    )
     args = parser.parse_args(argv)
     if args.steps < 1 or any(m < 1 for m in args.sizes_mib):
         parser.error("--steps and --sizes-mib take positive numbers")
@@ -439,8 +446,48 @@ def check_and_time(way: str, mib: int, steps: int) -> Tuple[float, Dict[str, Any
     return _timed(run, stream, steps), facts
 
 
+def merged(runs: Sequence[Mapping[str, Any]]) -> Dict[str, Any]:
+    """The JSON of several runs (at different sizes) as one, with its verdicts."""
+    first = runs[0]
+    result = {k: v for k, v in first.items() if k not in ("flat", "targets")}
+    result["median_ms"], result["facts"] = {}, {}
+    for run in runs:
+        for key in ("device", "torch_tensorrt", "torch", "steps"):
+            if run.get(key) != first.get(key):
+                raise ValueError(
+                    f"runs differ in {key}: {run.get(key)!r}, {first.get(key)!r}"
+                )
+        result["median_ms"].update(run["median_ms"])
+        result["facts"].update(run["facts"])
+    results = {int(m): r for m, r in result["median_ms"].items()}
+    return {**result, **verdicts(results)}
+
+
+def _print(
+    results: Mapping[int, Mapping[str, float]], verdict: Mapping[str, Any]
+) -> None:
+    ways = list(dict.fromkeys(w for r in results.values() for w in r))
+    print(header(ways))
+    for mib in sorted(results):
+        print(format_row(mib, results[mib], ways))
+    for line in describe(verdict):
+        print(line)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> None:
     args = parse_args(argv)
+    if args.merge:
+        runs = []
+        for path in args.merge:
+            with open(path) as f:
+                runs.append(json.load(f))
+        result = merged(runs)
+        _print({int(m): r for m, r in result["median_ms"].items()}, result)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(result, f, indent=2, default=str)
+                f.write("\n")
+        return
     reason = missing_requirement()
     if reason:
         print(reason, file=sys.stderr)

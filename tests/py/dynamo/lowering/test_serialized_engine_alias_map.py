@@ -269,7 +269,7 @@ class TestAliasMapOnGpu(TestCase):
         if dynamic_batch is not None:
             # export at another batch (it specializes a batch of 1), run at this one
             inputs = [
-                t.expand(dynamic_batch, *t.shape[1:]).contiguous() for t in inputs
+                t[:1].expand(dynamic_batch, *t.shape[1:]).contiguous() for t in inputs
             ]
         if dynamic_batch is None:
             engine_bytes, aliases = _alias_map(module, inputs)
