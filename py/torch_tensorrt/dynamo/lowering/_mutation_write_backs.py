@@ -21,6 +21,7 @@ import json
 import logging
 import operator
 import os
+import stat
 import tempfile
 from dataclasses import dataclass, replace
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
@@ -362,15 +363,78 @@ def check_in_place_bindings(
             )
 
 
+def _kind_of(path: str) -> str:
+    mode = os.lstat(path).st_mode
+    for test, kind in (
+        (stat.S_ISLNK, "symbolic link"),
+        (stat.S_ISDIR, "directory"),
+        (stat.S_ISCHR, "character device"),
+        (stat.S_ISBLK, "block device"),
+        (stat.S_ISFIFO, "named pipe"),
+        (stat.S_ISSOCK, "socket"),
+    ):
+        if test(mode):
+            return kind
+    return "special file"
+
+
+def check_alias_map_path(path: str) -> str:
+    """``path`` as an absolute path, once it is known the alias map can be written there.
+
+    The map is written atomically, by replacing ``path``; that replaces only a
+    regular file (or nothing). Raises ``ValueError`` when ``path`` is a symbolic
+    link, a directory, a device or another special file, ``FileNotFoundError``
+    when its directory does not exist and ``PermissionError`` when it cannot be
+    written, each naming the path. Called before the engine is built, and again
+    before the map is written.
+    """
+    absolute = os.path.abspath(path)
+    if os.path.lexists(absolute) and (
+        os.path.islink(absolute) or not os.path.isfile(absolute)
+    ):
+        raise ValueError(
+            f"alias_map_path '{path}' is a {_kind_of(absolute)}, not a regular file: "
+            "the alias map replaces only a regular file; give the path of a file"
+        )
+    directory = os.path.dirname(absolute)
+    if not os.path.isdir(directory):
+        raise FileNotFoundError(
+            f"alias_map_path '{path}': the directory '{directory}' does not exist; "
+            "create it, or give a path in an existing directory"
+        )
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise PermissionError(
+            f"alias_map_path '{path}': the directory '{directory}' is not writable"
+        )
+    return absolute
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def write_alias_map(path: str, write_backs: Sequence[WriteBack]) -> None:
-    """Write :func:`alias_map` as JSON to ``path`` (atomically)."""
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".alias-map-", suffix=".json", dir=directory)
+    """Write :func:`alias_map` as JSON to ``path``, atomically.
+
+    The map is written to a new file beside ``path``, which then replaces it:
+    a reader sees the old map or the new one, never a part. Only a regular file
+    is replaced (:func:`check_alias_map_path`), and the file gets the mode a new
+    file gets under the process's umask (as ``open`` would give it), so that a
+    caller running as another user can read it where the umask allows.
+    """
+    absolute = check_alias_map_path(path)
+    fd, tmp = tempfile.mkstemp(
+        prefix=".alias-map-", suffix=".json", dir=os.path.dirname(absolute)
+    )
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             json.dump(alias_map(write_backs), f, indent=2)
             f.write("\n")
-        os.replace(tmp, path)
+        os.chmod(tmp, 0o666 & ~_umask())
+        check_alias_map_path(path)  # nothing else was put there meanwhile
+        os.replace(tmp, absolute)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)

@@ -225,6 +225,97 @@ class TestEngineAliasesInTheMap(TestCase):
         )
 
 
+class TestWritingTheMap(TestCase):
+    """The map replaces only a regular file, atomically, with the umask's mode."""
+
+    def _write(self, path):
+        from torch_tensorrt.dynamo.lowering._mutation_write_backs import (
+            WriteBack,
+            write_alias_map,
+        )
+
+        write_alias_map(path, [WriteBack("x", "x_new")])
+
+    def test_a_regular_file_is_replaced_with_the_umasks_mode(self):
+        import json
+        import os
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "aliases.json")
+            with open(path, "w") as f:
+                f.write("old")
+            for umask, mode in ((0o022, 0o644), (0o077, 0o600), (0o002, 0o664)):
+                old = os.umask(umask)
+                try:
+                    self._write(path)
+                finally:
+                    os.umask(old)
+                self.assertEqual(os.stat(path).st_mode & 0o777, mode, oct(umask))
+                with open(path) as f:
+                    self.assertEqual(json.load(f)["aliases"][0]["output"], "x_new")
+            self.assertEqual(os.listdir(tmp), ["aliases.json"])
+
+    def test_never_replaces_what_is_not_a_regular_file(self):
+        import os
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as tmp:
+            target = os.path.join(tmp, "target.json")
+            with open(target, "w") as f:
+                f.write("keep")
+            link = os.path.join(tmp, "link.json")
+            os.symlink(target, link)
+            directory = os.path.join(tmp, "dir.json")
+            os.mkdir(directory)
+            fifo = os.path.join(tmp, "fifo.json")
+            os.mkfifo(fifo)
+            for path, kind in (
+                (link, "symbolic link"),
+                (directory, "directory"),
+                (fifo, "named pipe"),
+            ):
+                with self.subTest(kind):
+                    with self.assertRaisesRegex(
+                        ValueError, f"'{path}' is a {kind}, not a regular file"
+                    ):
+                        self._write(path)
+            self.assertTrue(os.path.islink(link))
+            with open(target) as f:
+                self.assertEqual(f.read(), "keep")
+            self.assertTrue(os.path.isdir(directory))
+            self.assertEqual(
+                sorted(os.listdir(tmp)),
+                ["dir.json", "fifo.json", "link.json", "target.json"],
+            )
+
+    @unittest.skipIf(not CPU_BUILDER, NEEDS_CPU_BUILDER)
+    def test_a_path_that_cannot_be_written_fails_before_the_engine_is_built(self):
+        import os
+        import tempfile
+        import unittest.mock
+
+        from torch_tensorrt.dynamo import _compiler
+
+        ep = torch.export.export(KvWrite(), _kv_args())
+        with tempfile.TemporaryDirectory() as tmp:
+            for path, error in (
+                (os.path.join(tmp, "missing", "a.json"), FileNotFoundError),
+                (tmp, ValueError),
+            ):
+                with self.subTest(path), unittest.mock.patch.object(
+                    _compiler, "interpret_module_to_result"
+                ) as interpret:
+                    with self.assertRaisesRegex(error, "alias_map_path"):
+                        _compiler.convert_exported_program_to_serialized_trt_engine(
+                            ep,
+                            arg_inputs=list(_kv_args()),
+                            min_block_size=1,
+                            alias_map_path=path,
+                        )
+                    interpret.assert_not_called()
+
+
 @unittest.skipIf(
     not torch.cuda.is_available(),
     "Running TensorRT engines needs a CUDA device; this host has none.",
