@@ -12,15 +12,16 @@ import unittest
 import torch
 import torch_tensorrt
 from test_lower_auto_functionalized import CPU_BUILDER, NEEDS_CPU_BUILDER, _clone
+from test_serialized_engine_alias_map import KvWrite, _alias_map, _kv_args
 from torch.testing._internal.common_utils import TestCase, run_tests
 from torch_tensorrt.dynamo import CompilationSettings
-from torch_tensorrt.dynamo.lowering import get_decompositions, post_lowering
 from torch_tensorrt.dynamo.conversion.impl._kv_cache_layer import (
     KV_STATE_WRITE,
     STATE_VIEW,
     kv_layer_view,
     plan_kv_state_write,
 )
+from torch_tensorrt.dynamo.lowering import get_decompositions, post_lowering
 from torch_tensorrt.dynamo.lowering.passes.view_state_writes_in_kv_cache_form import (
     declare_state_views,
 )
@@ -246,6 +247,176 @@ class TestCompiledModule(TestCase):
             if n.target is torch.ops.aten.view.default
         ]
         self.assertEqual(len(views), 2, trt.graph)
+
+
+class SlabWrite3d(torch.nn.Module):
+    """The same write on a 3-D state: the layer takes it seen as ``[B, 1, S, D]``."""
+
+    def forward(self, cache, update):
+        cache[:, 5:7, :] = update
+        return update * 2
+
+
+class RowAt(torch.nn.Module):
+    """One row of a 2-D state, at a position given at run time."""
+
+    def forward(self, state, row, update):
+        state.index_copy_(0, row, update)
+        return update * 2
+
+
+@unittest.skipIf(not CPU_BUILDER, NEEDS_CPU_BUILDER)
+class TestTheAliasMapGivesBothShapes(TestCase):
+    """A standalone engine's input has the layer's form; the alias map says so."""
+
+    def test_a_state_in_the_layers_form(self):
+        _, aliases = _alias_map(KvWrite(), _kv_args())
+        self.assertEqual(
+            [(a["state_shape"], a["binding_shape"]) for a in aliases],
+            [([2, 4, 16, 8], [2, 4, 16, 8])],
+        )
+
+    def test_a_state_of_another_form_is_bound_through_a_view(self):
+        """The engine's input (and aliased output) has the layer's form; the map
+        gives it beside the caller's shape."""
+        cache, update = _kv_args()
+        engine, aliases = _alias_map(
+            SlabWrite3d(), (cache[:, 0].contiguous(), update[:, 0].contiguous())
+        )
+        self.assertEqual(
+            aliases,
+            [
+                {
+                    "output": "cache_new",
+                    "input": "cache",
+                    "update": "in_place",
+                    "binding": "engine",
+                    "state_shape": [2, 16, 8],
+                    "binding_shape": [2, 1, 16, 8],
+                }
+            ],
+        )
+        _, aliases = _alias_map(
+            RowAt(), (torch.zeros(16, 8), torch.tensor([3]), torch.randn(1, 8))
+        )
+        self.assertEqual(
+            [(a["state_shape"], a["binding_shape"]) for a in aliases],
+            [([16, 8], [1, 1, 16, 8])],
+        )
+
+
+@unittest.skipIf(
+    not torch.cuda.is_available(),
+    "Running TensorRT engines needs a CUDA device; this host has none.",
+)
+class TestViewedStatesOnGpu(TestCase):
+    def _run_viewed(self, module, state, steps, dynamic_batch=None):
+        """Build ``module``'s engine, and run it as a C++ caller would from the map:
+        the state's own memory bound with ``binding_shape``, for the input and for
+        its aliased output. ``steps`` gives the other arguments of each step."""
+        import json
+        import tempfile
+
+        import tensorrt as trt
+
+        inputs = [state] + list(steps[0])
+        if dynamic_batch is not None:
+            # export at another batch (it specializes a batch of 1), run at this one
+            inputs = [
+                t[:1].expand(dynamic_batch, *t.shape[1:]).contiguous() for t in inputs
+            ]
+        if dynamic_batch is None:
+            engine_bytes, aliases = _alias_map(module, inputs)
+        else:
+            batch = torch.export.Dim("batch", min=1, max=8)
+            ep = torch.export.export(
+                module,
+                tuple(inputs),
+                dynamic_shapes=tuple({0: batch} for _ in inputs),
+            )
+            specs = [
+                torch_tensorrt.Input(
+                    min_shape=(1,) + tuple(t.shape[1:]),
+                    opt_shape=tuple(t.shape),
+                    max_shape=(8,) + tuple(t.shape[1:]),
+                )
+                for t in inputs
+            ]
+            with tempfile.TemporaryDirectory() as tmp:
+                engine_bytes = torch_tensorrt.dynamo.convert_exported_program_to_serialized_trt_engine(
+                    ep,
+                    arg_inputs=specs,
+                    min_block_size=1,
+                    alias_map_path=f"{tmp}/a.json",
+                )
+                with open(f"{tmp}/a.json") as f:
+                    aliases = json.load(f)["aliases"]
+        (alias,) = aliases
+        self.assertEqual((alias["update"], alias["binding"]), ("in_place", "engine"))
+        self.assertEqual(alias["state_shape"][1:], list(state.shape[1:]))
+        engine = trt.Runtime(trt.Logger()).deserialize_cuda_engine(engine_bytes)
+        # TensorRT itself reports the alias the map gives
+        self.assertEqual(
+            engine.get_aliased_input_tensor(alias["output"]), alias["input"]
+        )
+        self.assertEqual(
+            list(engine.get_tensor_shape(alias["input"])), alias["binding_shape"]
+        )
+        context = engine.create_execution_context()
+        names = [engine.get_tensor_name(i) for i in range(engine.num_io_tensors)]
+        is_output = {
+            n: engine.get_tensor_mode(n) == trt.TensorIOMode.OUTPUT for n in names
+        }
+        shape = [state.shape[0] if d == -1 else d for d in alias["binding_shape"]]
+        view = state.view(shape)  # the caller's memory, no copy
+        state.fill_(7)
+        eager_state = state.clone()
+        for step, args in enumerate(steps):
+            bound = dict(zip([n for n in names if not is_output[n]], [view, *args]))
+            for n, t in bound.items():
+                self.assertTrue(context.set_input_shape(n, tuple(t.shape)))
+            bound[alias["output"]] = view
+            out = {
+                n: torch.empty(tuple(context.get_tensor_shape(n)), device="cuda")
+                for n in names
+                if is_output[n] and n != alias["output"]
+            }
+            for n, t in {**bound, **out}.items():
+                self.assertTrue(context.set_tensor_address(n, t.data_ptr()))
+            stream = torch.cuda.current_stream()
+            self.assertTrue(context.execute_async_v3(stream.cuda_stream))
+            stream.synchronize()
+            expected = module(eager_state, *args)
+            self.assertEqual(out["output0"], expected, msg=f"step {step}")
+            self.assertEqual(state, eager_state, msg=f"step {step}")
+            self.assertGreater((state == 7).sum().item(), 0, msg="the sentinel")
+
+    def test_states_of_other_forms_run_in_place_through_a_view(self):
+        torch.manual_seed(0)
+        self._run_viewed(
+            SlabWrite3d(),
+            torch.zeros(2, 16, 8, device="cuda"),
+            [(torch.randn(2, 2, 8, device="cuda") + s,) for s in range(3)],
+        )
+        self._run_viewed(
+            RowAt(),
+            torch.zeros(64, 8, device="cuda"),
+            [
+                (torch.tensor([p], device="cuda"), torch.randn(1, 8, device="cuda"))
+                for p in (3, 40, 63)
+            ],
+        )
+
+    def test_a_dynamic_batch_runs_in_place(self):
+        for batch in (2, 5):
+            with self.subTest(batch=batch):
+                cache, update = _kv_args(batch)
+                self._run_viewed(
+                    SlabWrite3d(),
+                    cache[:, 0].contiguous().cuda(),
+                    [(update[:, 0].contiguous().cuda() + s,) for s in range(2)],
+                    dynamic_batch=3,
+                )
 
 
 if __name__ == "__main__":
