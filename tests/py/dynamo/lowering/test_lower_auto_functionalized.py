@@ -12,6 +12,7 @@ import copy
 import operator
 import unittest
 import unittest.mock
+from typing import List
 
 import torch
 import torch_tensorrt
@@ -112,6 +113,34 @@ def convert_add_two_(ctx, target, args, kwargs, name):
         _add(ctx, target, f"{name}_x", x, 1.0),
         _add(ctx, target, f"{name}_z", z, alpha),
     )
+
+
+@torch.library.custom_op("trt_mut::add_all_", mutates_args=("xs",))
+def add_all_(xs: List[torch.Tensor], d: torch.Tensor) -> None:
+    for x in xs:
+        x.add_(d)
+
+
+@add_all_.register_fake
+def _(xs, d):
+    return None
+
+
+@dynamo_tensorrt_converter(torch.ops.trt_mut.add_all_.default)
+def convert_add_all_(ctx, target, args, kwargs, name):
+    xs, d = args[:2]
+    return tuple(
+        impl.elementwise.add(ctx, target, SourceIR.ATEN, f"{name}_{i}", x, d)
+        for i, x in enumerate(xs)
+    )
+
+
+class AddAll(torch.nn.Module):
+    """A mutated ``Tensor(a!)[]`` whose op has a converter."""
+
+    def forward(self, a, b, d):
+        torch.ops.trt_mut.add_all_([a, b], d)
+        return d * 2
 
 
 # ----------------------------------------------------------------------------
@@ -886,6 +915,41 @@ class TwoSlabs(torch.nn.Module):
 def _cache_and_update(n=2):
     torch.manual_seed(0)
     return torch.zeros(2, 4, 16, 8), torch.randn(2, 4, n, 8)
+
+
+@unittest.skipIf(not CPU_BUILDER, NEEDS_CPU_BUILDER)
+class TestMutatedTensorLists(TestCase):
+    """``Tensor(a!)[]``: run in PyTorch by compile(), refused by a standalone engine."""
+
+    REASON = (
+        "trt_mut.add_all_.default: its mutated argument 'xs' is a list of tensors "
+        "(Tensor(a!)[]), whose new values a converter cannot return"
+    )
+
+    def test_compile_runs_the_op_in_pytorch(self):
+        from test_compile_with_stand_in_engines import compile_on_cpu
+
+        args = (torch.zeros(4), torch.zeros(4), torch.arange(4.0))
+        with self.assertLogs("torch_tensorrt", level="WARNING") as logs:
+            trt, _ = compile_on_cpu(self, AddAll(), args)
+        self.assertIn(f"{self.REASON}; the op runs in PyTorch", "\n".join(logs.output))
+        compiled_args, eager_args = _clone(args), _clone(args)
+        for step in range(2):
+            self.assertEqual(trt(*compiled_args), AddAll()(*eager_args))
+            self.assertEqual(compiled_args, eager_args, msg=f"step {step}")
+
+    def test_a_standalone_engine_refuses_it_in_one_sentence(self):
+        args = (torch.zeros(4), torch.zeros(4), torch.ones(4))
+        with self.assertRaises(ValueError) as refused:
+            _build_engine(AddAll(), args, min_block_size=1)
+        self.assertEqual(
+            str(refused.exception),
+            f"{self.REASON}, and a standalone engine cannot run the op in PyTorch",
+        )
+        with self.assertRaisesRegex(
+            ValueError, "require_full_compilation=True forbids"
+        ):
+            _dryrun(AddAll(), args, require_full_compilation=True)
 
 
 @unittest.skipIf(not CPU_BUILDER, NEEDS_CPU_BUILDER)

@@ -194,6 +194,22 @@ def _rewrite(
     settings: CompilationSettings,
 ) -> bool:
     schema = op._schema
+    listed = [
+        a.name for a in mutated_arguments(schema) if isinstance(a.type, torch.ListType)
+    ]
+    if listed:
+        reason = (
+            f"{op}: its mutated argument '{listed[0]}' is a list of tensors "
+            "(Tensor(a!)[]), whose new values a converter cannot return"
+        )
+        if settings.require_full_compilation:
+            raise ValueError(
+                f"{reason}, and require_full_compilation=True forbids running the "
+                "op in PyTorch"
+            )
+        node.meta[RUNS_IN_PYTORCH] = reason
+        logger.warning(f"{reason}; the op runs in PyTorch")
+        return False
     kwargs = dict(node.kwargs)
     v2 = node.target is auto_functionalized_v2
     bases: List[torch.fx.Node] = list(kwargs.get("_all_bases", []))
@@ -348,6 +364,11 @@ def _rewrite(
     return True
 
 
+# Why a mutating op with a converter is left to PyTorch (on its
+# auto_functionalized node); a standalone engine, which cannot, refuses it
+RUNS_IN_PYTORCH = "_trt_runs_in_pytorch"
+
+
 def lower_auto_functionalized(
     gm: torch.fx.GraphModule, settings: CompilationSettings
 ) -> torch.fx.GraphModule:
@@ -370,3 +391,19 @@ def lower_auto_functionalized(
         if logger.isEnabledFor(logging.DEBUG):  # printing a large graph is slow
             logger.debug(f"Lowered {count} auto_functionalized node(s):\n{gm.graph}")
     return gm
+
+
+def refuse_ops_left_to_pytorch(gm: torch.fx.GraphModule) -> None:
+    """Raise for a mutating op :func:`lower_auto_functionalized` left to PyTorch.
+
+    A standalone engine has no PyTorch around it to run such an op, whose
+    mutation would otherwise end in the interpreter's "not supported" error
+    with no reason. Raises ``ValueError`` with the reason (naming the op and
+    the argument).
+    """
+    for node in gm.graph.nodes:
+        reason = node.meta.get(RUNS_IN_PYTORCH)
+        if reason is not None:
+            raise ValueError(
+                f"{reason}, and a standalone engine cannot run the op in PyTorch"
+            )
