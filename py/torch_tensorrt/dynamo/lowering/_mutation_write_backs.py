@@ -155,19 +155,27 @@ def expose_write_backs(
 
     input_of_name = {name: node for node, name in name_of_input.items()}
 
+    # Looked up for every state: dicts and sets, so that the pass stays linear
+    output_of: Dict[Any, str] = {}
+    for value, name in zip(new_outputs, names):
+        output_of.setdefault(value, name)
+    taken = set(names) | set(input_names)
+
     def output_for(input_name: str, value: torch.fx.Node) -> WriteBack:
         """The output carrying ``value``: the model's own when it returns it."""
-        if value in new_outputs:
-            output_name = names[new_outputs.index(value)]
+        if value in output_of:
+            output_name = output_of[value]
         else:
             output_name = input_name + WRITE_BACK_SUFFIX
-            if output_name in names or output_name in input_names:
+            if output_name in taken:
                 raise RuntimeError(
                     f"Binding name '{output_name}' for the new value of input "
                     f"'{input_name}' is already used; rename that input or output"
                 )
             new_outputs.append(value)
             names.append(output_name)
+            output_of[value] = output_name
+            taken.add(output_name)
         in_place, why_not = _in_place_update(input_of_name[input_name], value)
         if why_not:
             logger.warning(

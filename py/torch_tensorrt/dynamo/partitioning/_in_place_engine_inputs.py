@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import logging
 import operator
-from typing import Any, List, Optional, Set, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
 import torch
 from torch_tensorrt.dynamo.conversion._functionalized_op import (
@@ -61,18 +61,36 @@ def _outputs(gm: torch.fx.GraphModule) -> Tuple[List[Any], bool]:
     return ([results] if single else list(results)), single
 
 
-def _output_views(gm: torch.fx.GraphModule) -> List[Optional[int]]:
-    """For each output of ``gm``: the input it is a view of, or ``None``."""
-    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    views: List[Optional[int]] = []
-    for value in _outputs(gm)[0]:
-        while isinstance(value, torch.fx.Node) and value not in placeholders:
-            value = _view_source(gm, value)
-        views.append(placeholders.index(value) if value in placeholders else None)
-    return views
+class _Views:
+    """Which outputs of each PyTorch submodule are views of which of its inputs.
+
+    Computed once per submodule and pass: looking it up for every reader of
+    every state made the pass quadratic in the number of states.
+    """
+
+    def __init__(self) -> None:
+        self._by_module: Dict[int, List[Optional[int]]] = {}
+
+    def of(self, gm: torch.fx.GraphModule) -> List[Optional[int]]:
+        """For each output of ``gm``: the input it is a view of, or ``None``."""
+        key = id(gm)
+        if key not in self._by_module:
+            position = {
+                n: i
+                for i, n in enumerate(
+                    n for n in gm.graph.nodes if n.op == "placeholder"
+                )
+            }
+            views: List[Optional[int]] = []
+            for value in _outputs(gm)[0]:
+                while isinstance(value, torch.fx.Node) and value not in position:
+                    value = _view_source(gm, value, self)
+                views.append(position.get(value) if value is not None else None)
+            self._by_module[key] = views
+        return self._by_module[key]
 
 
-def _view_source(gm: torch.fx.GraphModule, node: torch.fx.Node) -> Any:
+def _view_source(gm: torch.fx.GraphModule, node: torch.fx.Node, views: _Views) -> Any:
     """The node ``node`` is a view of (shares memory with), or ``None``."""
     target = node.target
     if node.op == "call_function" and isinstance(target, torch._ops.OpOverload):
@@ -87,23 +105,25 @@ def _view_source(gm: torch.fx.GraphModule, node: torch.fx.Node) -> Any:
             return None
         if source.op == "call_module" and not _is_trt_call(source):
             # one output of a PyTorch submodule that returns several
-            views = _output_views(getattr(gm, str(source.target)))
+            outputs = views.of(getattr(gm, str(source.target)))
             index = node.args[1]
-            if isinstance(index, int) and views[index] is not None:
-                return source.args[views[index]]
+            if isinstance(index, int) and outputs[index] is not None:
+                return source.args[outputs[index]]
             return None
-        return source if _view_source(gm, source) is not None else None
+        return source if _view_source(gm, source, views) is not None else None
     if node.op == "call_module" and not _is_trt_call(node):
-        views = _output_views(getattr(gm, str(node.target)))
-        if len(views) == 1 and views[0] is not None:
-            return node.args[views[0]]
+        outputs = views.of(getattr(gm, str(node.target)))
+        if len(outputs) == 1 and outputs[0] is not None:
+            return node.args[outputs[0]]
     return None
 
 
-def _aliases(gm: torch.fx.GraphModule, node: torch.fx.Node) -> Set[torch.fx.Node]:
+def _aliases(
+    gm: torch.fx.GraphModule, node: torch.fx.Node, views: _Views
+) -> Set[torch.fx.Node]:
     """``node``, the tensor it is a view of, and every view of either."""
     root = node
-    while (source := _view_source(gm, root)) is not None:
+    while (source := _view_source(gm, root, views)) is not None:
         root = source
     aliases, pending = set(), [root]
     while pending:
@@ -111,31 +131,41 @@ def _aliases(gm: torch.fx.GraphModule, node: torch.fx.Node) -> Set[torch.fx.Node
         if current in aliases:
             continue
         aliases.add(current)
-        pending.extend(u for u in current.users if _view_source(gm, u) is current)
+        pending.extend(
+            u for u in current.users if _view_source(gm, u, views) is current
+        )
     return aliases
 
 
-def _aliased_outputs(
-    gm: torch.fx.GraphModule, call: torch.fx.Node, position: int
-) -> Set[torch.fx.Node]:
-    """Outputs of engine ``call`` that the runtime binds to its input ``position``.
+def _in_place_outputs(
+    gm: torch.fx.GraphModule, call: torch.fx.Node
+) -> Dict[int, Set[torch.fx.Node]]:
+    """Per input position of engine ``call``: the outputs the runtime binds to it.
 
     Those are the final values of that input's in-place updates in the engine
     (recorded as ``user`` aliases by the plugin converters): after the engine,
-    they *are* the input's memory.
+    they *are* the input's memory. Each output is looked at once.
     """
     submodule = getattr(gm, str(call.target))
-    placeholder = [n for n in submodule.graph.nodes if n.op == "placeholder"][position]
-    values, single = _outputs(submodule)
-    indices = {
-        i
-        for i, v in enumerate(values)
-        if in_place_source(v) is placeholder and not updated_again(v)
+    position = {
+        n: i
+        for i, n in enumerate(n for n in submodule.graph.nodes if n.op == "placeholder")
     }
+    values, single = _outputs(submodule)
+    indices: Dict[int, Set[int]] = {}
+    for i, value in enumerate(values):
+        source = in_place_source(value)
+        if source in position and not updated_again(value):
+            indices.setdefault(position[source], set()).add(i)
     if single:
-        return {call} if indices else set()
+        return {p: {call} for p in indices}
+    getitems: Dict[Any, List[torch.fx.Node]] = {}
+    for user in call.users:
+        if user.target is operator.getitem:
+            getitems.setdefault(user.args[1], []).append(user)
     return {
-        u for u in call.users if u.target is operator.getitem and u.args[1] in indices
+        p: {u for i in outputs for u in getitems.get(i, [])}
+        for p, outputs in indices.items()
     }
 
 
@@ -152,10 +182,14 @@ class _Memory:
         self.old, self.new = old, new
         self.old_expected = True  # readers of `old` still expect the old value
         self.overwritten_by: Optional[str] = None  # what replaced `new`, if any
+        self.readers: List[str] = []  # who reads it with the wrong value
+
+    def holds(self, node: Any) -> bool:
+        return node in self.old or node in self.new
 
     def write(self, node: torch.fx.Node) -> bool:
         """Account for ``node`` if it writes the memory; whether it does."""
-        if not (is_write_back(node) and node.args[0] in self.old | self.new):
+        if not (is_write_back(node) and self.holds(node.args[0])):
             return False
         self.old_expected = False
         if self.overwritten_by is None and node.args[1] not in self.new:
@@ -172,46 +206,76 @@ class _Memory:
         return None
 
 
-def _stale_readers(
-    gm: torch.fx.GraphModule, memory: _Memory, after: Optional[torch.fx.Node]
-) -> List[str]:
-    """Nodes after ``after`` in ``gm`` that would read ``memory`` with the wrong value."""
-    readers: List[str] = []
-    nodes = list(gm.graph.nodes)
-    start = nodes.index(after) + 1 if after is not None else 0
-    for node in nodes[start:]:
-        if memory.write(node) or node in memory.old | memory.new:
-            continue  # a write-back, or a view whose readers are what counts
+def _find_stale_readers(
+    gm: torch.fx.GraphModule,
+    memories: Sequence[_Memory],
+    after: Optional[torch.fx.Node],
+    views: _Views,
+) -> None:
+    """Record in each of ``memories`` the nodes after ``after`` in ``gm`` that read it
+    with the wrong value.
+
+    One walk of the graph for all of them: a node is looked at only for the
+    memories it reads or writes (found through an index of their nodes).
+    """
+    index: Dict[torch.fx.Node, List[_Memory]] = {}
+    for memory in memories:
+        for node in memory.old | memory.new:
+            index.setdefault(node, []).append(memory)
+    started = after is None
+    for node in gm.graph.nodes:
+        if not started:
+            started = node is after
+            continue
         if node.op == "output" and after is None:
             continue  # a submodule's outputs are followed in the parent graph
+        touched: Dict[int, _Memory] = {}
+        for arg in node.all_input_nodes:
+            for memory in index.get(arg, ()):
+                touched[id(memory)] = memory
+        own = {id(m) for m in index.get(node, ())}
+        # a write-back, or a view whose readers are what counts
+        pending = [m for k, m in touched.items() if k not in own and not m.write(node)]
+        if not pending:
+            continue
         if node.op == "call_module" and not _is_trt_call(node):
-            readers.extend(_submodule_readers(gm, node, memory))
-        elif (why := memory.stale(node)) is not None:
-            readers.append(f"{node.name} ({why})")
-    return readers
+            _find_submodule_readers(gm, node, pending, views)
+            continue
+        for memory in pending:
+            if (why := memory.stale(node)) is not None:
+                memory.readers.append(f"{node.name} ({why})")
 
 
-def _submodule_readers(
-    gm: torch.fx.GraphModule, call: torch.fx.Node, memory: _Memory
-) -> List[str]:
-    """Stale readers inside the PyTorch submodule ``call`` runs; updates ``memory``."""
+def _find_submodule_readers(
+    gm: torch.fx.GraphModule,
+    call: torch.fx.Node,
+    memories: Sequence[_Memory],
+    views: _Views,
+) -> None:
+    """Stale readers inside the PyTorch submodule ``call`` runs; updates ``memories``."""
     submodule = getattr(gm, str(call.target))
     placeholders = [n for n in submodule.graph.nodes if n.op == "placeholder"]
-    inner = _Memory(set(), set())
+    positions: Dict[Any, List[int]] = {}
     for position, value in enumerate(call.args[: len(placeholders)]):
-        if value in memory.old:
-            inner.old |= _aliases(submodule, placeholders[position])
-        if value in memory.new:
-            inner.new |= _aliases(submodule, placeholders[position])
-    inner.old_expected, inner.overwritten_by = (
-        memory.old_expected,
-        memory.overwritten_by,
-    )
-    readers = _stale_readers(submodule, inner, None)
-    memory.old_expected = inner.old_expected
-    if inner.overwritten_by and not memory.overwritten_by:
-        memory.overwritten_by = f"{call.name}.{inner.overwritten_by}"
-    return [f"{call.name}.{name}" for name in readers]
+        positions.setdefault(value, []).append(position)
+    inners = []
+    for memory in memories:
+        inner = _Memory(set(), set())
+        for node in memory.old:
+            for position in positions.get(node, ()):
+                inner.old |= _aliases(submodule, placeholders[position], views)
+        for node in memory.new:
+            for position in positions.get(node, ()):
+                inner.new |= _aliases(submodule, placeholders[position], views)
+        inner.old_expected = memory.old_expected
+        inner.overwritten_by = memory.overwritten_by
+        inners.append(inner)
+    _find_stale_readers(submodule, inners, None, views)
+    for memory, inner in zip(memories, inners):
+        memory.old_expected = inner.old_expected
+        if inner.overwritten_by and not memory.overwritten_by:
+            memory.overwritten_by = f"{call.name}.{inner.overwritten_by}"
+        memory.readers += [f"{call.name}.{name}" for name in inner.readers]
 
 
 def isolate_in_place_engine_inputs(partitioned_module: torch.fx.GraphModule) -> None:
@@ -222,27 +286,33 @@ def isolate_in_place_engine_inputs(partitioned_module: torch.fx.GraphModule) -> 
     docstring); each such input gets an ``aten.clone`` and a warning.
     """
     changed = False
+    views = _Views()
     for call in list(partitioned_module.graph.nodes):
         if not _is_trt_call(call):
             continue
         submodule = getattr(partitioned_module, str(call.target))
+        in_place_outputs = _in_place_outputs(partitioned_module, call)
+        states: Dict[int, _Memory] = {}
         for position in in_place_engine_inputs(submodule):
             state = call.args[position]
             if not isinstance(state, torch.fx.Node):
                 continue
-            aliases = _aliases(partitioned_module, state)
-            readers = [
+            aliases = _aliases(partitioned_module, state, views)
+            new: Set[torch.fx.Node] = set()
+            for output in in_place_outputs.get(position, ()):
+                new |= _aliases(partitioned_module, output, views)
+            memory = _Memory(aliases, new)
+            memory.readers = [
                 f"{call.name} (another input)"
                 for i, other in enumerate(call.args)
                 if i != position and other in aliases
             ]
-            new: Set[torch.fx.Node] = set()
-            for output in _aliased_outputs(partitioned_module, call, position):
-                new |= _aliases(partitioned_module, output)
-            memory = _Memory(aliases, new)
-            readers += _stale_readers(partitioned_module, memory, call)
-            if not readers:
+            states[position] = memory
+        _find_stale_readers(partitioned_module, list(states.values()), call, views)
+        for position, memory in states.items():
+            if not memory.readers:
                 continue
+            state = call.args[position]
             with partitioned_module.graph.inserting_before(call):
                 copy = partitioned_module.graph.call_function(
                     torch.ops.aten.clone.default, (state,)
@@ -255,9 +325,9 @@ def isolate_in_place_engine_inputs(partitioned_module: torch.fx.GraphModule) -> 
             logger.warning(
                 f"Input '{state.name}' of TensorRT engine '{call.target}' is updated "
                 "in place by an in-place plugin, but its memory is read afterwards "
-                f"by {', '.join(readers)}, expecting a value it no longer holds. The "
-                f"engine gets a copy of '{state.name}' instead; its new value is "
-                "written back as usual."
+                f"by {', '.join(memory.readers)}, expecting a value it no longer "
+                f"holds. The engine gets a copy of '{state.name}' instead; its new "
+                "value is written back as usual."
             )
     if changed:
         partitioned_module.graph.lint()

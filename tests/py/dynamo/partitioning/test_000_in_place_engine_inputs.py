@@ -94,6 +94,74 @@ def move_after(gm, name, anchor):
     gm.recompile()
 
 
+class ManyStates(torch.nn.Module):
+    """``n`` states, each updated in place, then read by a later op."""
+
+    def __init__(self, n):
+        super().__init__()
+        self.n = n
+
+    def forward(self, *states):
+        for state in states:
+            torch.ops.trt_inplace_part.bump_(state)
+        return states[0].sin() * 2
+
+
+def _partitioned_states(n):
+    states = [torch.zeros(2, 4) for _ in range(n)]
+    ep = torch.export.export(ManyStates(n), tuple(s.clone() for s in states))
+    captured = []
+    with unittest.mock.patch(
+        "torch_tensorrt.dynamo.partitioning.isolate_in_place_engine_inputs",
+        side_effect=captured.append,
+    ):
+        torch_tensorrt.dynamo.compile(
+            ep,
+            arg_inputs=states,
+            min_block_size=1,
+            dryrun=True,
+            torch_executed_ops={torch.ops.aten.sin.default},
+        )
+    (gm,) = captured
+    return gm
+
+
+class TestLinearInTheStates(TestCase):
+    """The pass looks at each state and each node a bounded number of times.
+
+    Counted, not timed: the converter registry's lookups, each of which runs
+    the capability validators, the pass's dearest step. Before, they grew with
+    the square of the number of states (tools/bench/in_place_pass_scaling.py
+    times the pass).
+    """
+
+    def _counts(self, n):
+        from torch_tensorrt.dynamo.conversion._ConverterRegistry import (
+            DYNAMO_CONVERTERS,
+        )
+
+        gm = _partitioned_states(n)
+        lookups = unittest.mock.patch.object(
+            type(DYNAMO_CONVERTERS),
+            "get",
+            autospec=True,
+            side_effect=type(DYNAMO_CONVERTERS).get,
+        )
+        with lookups as get:
+            isolate_in_place_engine_inputs(gm)
+        # the copies the pass made: none, each state's new value is what is read
+        clones = [n for n in gm.graph.nodes if n.target is torch.ops.aten.clone.default]
+        return get.call_count, len(clones)
+
+    def test_registry_lookups_grow_linearly(self):
+        small, clones_small = self._counts(8)
+        large, clones_large = self._counts(32)
+        self.assertEqual((clones_small, clones_large), (0, 0))
+        self.assertGreater(small, 0)
+        # linear: 4x the states, at most ~4x the lookups (quadratic was ~16x)
+        self.assertLessEqual(large, 4.5 * small, (small, large))
+
+
 class TestInPlaceEngineInputs(TestCase):
     def test_engine_inputs_written_in_place(self):
         gm = partitioned(ReadBeforeUpdate(), fast=False)
