@@ -28,6 +28,11 @@ from typing import Tuple, Union
 import torch
 import torch_tensorrt
 from torch_tensorrt import ENABLED_FEATURES
+from torch_tensorrt.dynamo.lowering._mutation_write_backs import (
+    alias_map,
+    check_alias_map_against_engine,
+    read_alias_map,
+)
 
 HAVE_GPU = torch.cuda.is_available()
 HAVE_QDP = ENABLED_FEATURES.qdp_plugin
@@ -189,8 +194,8 @@ def build(module: torch.nn.Module, args: Tuple[torch.Tensor, ...], out_dir: str)
     )
     with open(os.path.join(out_dir, "model.engine"), "wb") as f:
         f.write(engine)
-    with open(os.path.join(out_dir, "model.aliases.json")) as f:
-        aliases = json.load(f)["aliases"]
+    # read and checked: an unknown version, a typo, two outputs on one input fail
+    aliases = read_alias_map(os.path.join(out_dir, "model.aliases.json"))
     return engine, aliases
 
 
@@ -209,17 +214,19 @@ def run(engine_bytes: bytes, aliases, state, index, update, steps: int = 3):  # 
     runtime = trt.Runtime(trt.Logger(trt.Logger.WARNING))
     runtime.engine_host_code_allowed = True  # the AOT plugin's kernel
     engine = runtime.deserialize_cuda_engine(engine_bytes)
+    # the map fits this engine: names, dtypes and shapes, TensorRT's own aliases
+    check_alias_map_against_engine(aliases, engine)
     context = engine.create_execution_context()
     buffers = {"state": state, "index": index, "update": update}
     buffers["output0"] = torch.empty(index.shape[0], device="cuda")
-    in_place = {a["output"]: a["input"] for a in aliases if a["update"] == "in_place"}
+    in_place = {a.output_name: a.input_name for a in aliases if a.update == "in_place"}
     copies = []
     for a in aliases:
-        if a["update"] == "in_place":
-            buffers[a["output"]] = buffers[a["input"]]
+        if a.update == "in_place":
+            buffers[a.output_name] = buffers[a.input_name]
         else:
-            buffers[a["output"]] = torch.empty_like(buffers[a["input"]])
-            copies.append((buffers[a["input"]], buffers[a["output"]]))
+            buffers[a.output_name] = torch.empty_like(buffers[a.input_name])
+            copies.append((buffers[a.input_name], buffers[a.output_name]))
     for name, tensor in buffers.items():
         assert context.set_tensor_address(name, tensor.data_ptr()), name
     stream = torch.cuda.Stream()
@@ -255,7 +262,7 @@ if __name__ == "__main__":
             print("Step 5 skipped: no TensorRT builder can build this engine here.")
         if engine is not None:
             print(f"Built a serialized engine of {len(engine)} bytes; alias map:")
-            print(json.dumps(aliases, indent=2))
+            print(json.dumps(alias_map(aliases)["aliases"], indent=2))
         if engine is not None and HAVE_GPU:
             expected = state.clone().index_add_(0, index, update * 3)
             in_place = run(engine, aliases, state, index, update)

@@ -273,6 +273,7 @@ def _engine(
 ) -> Tuple[bytes, List[Dict[str, Any]]]:
     """The serialized engine of ``module`` and its alias map entries."""
     import torch_tensorrt
+    from torch_tensorrt.dynamo.lowering._mutation_write_backs import read_alias_map
 
     ep = torch.export.export(module, tuple(args))
     with tempfile.TemporaryDirectory() as tmp:
@@ -286,6 +287,7 @@ def _engine(
                 **settings,
             )
         )
+        read_alias_map(path)  # checked: a version, key or value it does not know fails
         with open(path) as f:
             aliases = json.load(f)["aliases"]
     return engine, aliases
@@ -306,9 +308,15 @@ class EngineRunner:
         self, engine_bytes: bytes, aliases: Sequence[Mapping[str, Any]]
     ) -> None:
         from torch_tensorrt._enums import dtype
+        from torch_tensorrt.dynamo.lowering._mutation_write_backs import (
+            alias_map_entries,
+            check_alias_map_against_engine,
+        )
 
         self.trt = trt = _trt()
         self.engine = trt.Runtime(trt.Logger()).deserialize_cuda_engine(engine_bytes)
+        # the map fits the engine: names, dtypes, shapes, TensorRT's own aliases
+        check_alias_map_against_engine(alias_map_entries(list(aliases)), self.engine)
         self.context = self.engine.create_execution_context()
         self.aliases = list(aliases)
         names = [

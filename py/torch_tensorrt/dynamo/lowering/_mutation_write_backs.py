@@ -331,10 +331,205 @@ def alias_map(write_backs: Sequence[WriteBack]) -> Dict[str, Any]:
     }
 
 
+UPDATES = ("copy", "in_place")
+BINDINGS = ("engine", "declared_alias", "same_address")
+_MAP_KEYS = ("format", "version", "aliases")
+_ENTRY_KEYS = ("output", "input", "update", "binding", "state_shape", "binding_shape")
+
+
+class AliasMapError(ValueError):
+    """An alias map that is not one this version writes, or does not fit its engine."""
+
+
+def _shape_field(where: str, entry: Mapping[str, Any], key: str) -> Optional[List[int]]:
+    value = entry.get(key)
+    if value is None:
+        return None
+    if not (
+        isinstance(value, list)
+        and all(isinstance(d, int) and not isinstance(d, bool) for d in value)
+        and all(d >= -1 for d in value)
+    ):
+        raise AliasMapError(
+            f"{where}: '{key}' is {value!r}; expected a list of dimensions "
+            "(ints, -1 for a dynamic one)"
+        )
+    return list(value)
+
+
+def _entry(i: int, entry: Any) -> WriteBack:
+    """One entry of the ``"aliases"`` list, checked (see :func:`read_alias_map`)."""
+    where = f"alias map entry {i}"
+    if not isinstance(entry, Mapping):
+        raise AliasMapError(f"{where} is {entry!r}; expected an object")
+    unknown = sorted(set(entry) - set(_ENTRY_KEYS))
+    if unknown:
+        raise AliasMapError(
+            f"{where} has unknown key(s) {unknown}; expected {list(_ENTRY_KEYS)}"
+        )
+    for key in ("output", "input", "update"):
+        if not isinstance(entry.get(key), str) or not entry[key]:
+            raise AliasMapError(f"{where}: '{key}' is missing or not a name")
+    update, binding = entry["update"], entry.get("binding")
+    if update not in UPDATES:
+        raise AliasMapError(f"{where}: update {update!r} is not one of {list(UPDATES)}")
+    if update == "in_place" and binding not in BINDINGS:
+        raise AliasMapError(
+            f"{where}: an in_place update needs a binding, one of {list(BINDINGS)}; "
+            f"got {binding!r}"
+        )
+    if update == "copy" and binding is not None:
+        raise AliasMapError(f"{where}: a copy has no binding (got {binding!r})")
+    if update == "copy" and entry["output"] == entry["input"]:
+        raise AliasMapError(
+            f"{where}: output '{entry['output']}' is copied into itself; a copy "
+            "output has memory of its own"
+        )
+    state_shape = _shape_field(where, entry, "state_shape")
+    binding_shape = _shape_field(where, entry, "binding_shape")
+    if (state_shape is None) != (binding_shape is None) or (
+        state_shape is not None and binding != "engine"
+    ):
+        raise AliasMapError(
+            f"{where}: 'state_shape' and 'binding_shape' go together, on a "
+            "'binding': 'engine' entry only"
+        )
+    return WriteBack(
+        entry["input"], entry["output"], update, binding, state_shape, binding_shape
+    )
+
+
+def alias_map_entries(aliases: Any) -> List[WriteBack]:
+    """The ``"aliases"`` list of a map, each entry and the whole list checked.
+
+    Besides each entry (:func:`read_alias_map`): an output appears once, and an
+    input has at most one ``in_place`` output (the memory of one tensor cannot
+    hold two engine outputs).
+    """
+    if not isinstance(aliases, list):
+        raise AliasMapError(f"'aliases' is {aliases!r}; expected a list")
+    entries = [_entry(i, e) for i, e in enumerate(aliases)]
+    outputs: Dict[str, int] = {}
+    in_place: Dict[str, str] = {}
+    for i, w in enumerate(entries):
+        if w.output_name in outputs:
+            raise AliasMapError(
+                f"alias map entries {outputs[w.output_name]} and {i} both give output "
+                f"'{w.output_name}'"
+            )
+        outputs[w.output_name] = i
+        if w.update == "in_place":
+            if w.input_name in in_place:
+                raise AliasMapError(
+                    f"outputs '{in_place[w.input_name]}' and '{w.output_name}' are both "
+                    f"bound in place to input '{w.input_name}'"
+                )
+            in_place[w.input_name] = w.output_name
+    return entries
+
+
+def read_alias_map(source: Any) -> List[WriteBack]:
+    """Read and check an alias map: a path to its JSON, or the JSON already loaded.
+
+    The format (version 2) is an object ``{"format":
+    "torch_tensorrt.engine_io_aliases", "version": 2, "aliases": [...]}`` whose
+    entries are :class:`WriteBack` s: ``"output"``, ``"input"`` (binding names),
+    ``"update"`` (``"copy"`` or ``"in_place"``), ``"binding"`` (``in_place``
+    only: ``"engine"``, ``"declared_alias"`` or ``"same_address"``), and for
+    ``"binding": "engine"`` ``"state_shape"`` and ``"binding_shape"`` (lists of
+    dimensions, ``-1`` dynamic). Any other format or version, key, value or type
+    is an :class:`AliasMapError` naming the entry and what was expected. Check
+    the map against its engine with :func:`check_alias_map_against_engine`.
+    """
+    if isinstance(source, (str, os.PathLike)):
+        with open(source, encoding="utf-8") as f:
+            try:
+                source = json.load(f)
+            except json.JSONDecodeError as e:
+                raise AliasMapError(f"alias map '{source}' is not JSON: {e}") from e
+    if not isinstance(source, Mapping):
+        raise AliasMapError(
+            f"an alias map is a JSON object; got {type(source).__name__}"
+        )
+    unknown = sorted(set(source) - set(_MAP_KEYS))
+    if unknown:
+        raise AliasMapError(f"alias map has unknown key(s) {unknown}")
+    if source.get("format") != ALIAS_MAP_FORMAT:
+        raise AliasMapError(
+            f"alias map format is {source.get('format')!r}; expected "
+            f"{ALIAS_MAP_FORMAT!r}"
+        )
+    if source.get("version") != ALIAS_MAP_VERSION:
+        raise AliasMapError(
+            f"alias map version is {source.get('version')!r}; this Torch-TensorRT "
+            f"reads version {ALIAS_MAP_VERSION}"
+        )
+    return alias_map_entries(source.get("aliases"))
+
+
+def check_alias_map_against_engine(entries: Sequence[WriteBack], engine: Any) -> None:
+    """Raise :class:`AliasMapError` where the map does not fit ``engine``.
+
+    ``engine`` is the deserialized ``ICudaEngine``. Each entry's input must be an
+    engine input and its output an engine output; an ``in_place`` output has its
+    input's dtype and shape (the same bytes); a ``binding: engine`` output is the
+    one TensorRT reports aliased to that input (``get_aliased_input_tensor``) and
+    the input has the map's ``binding_shape``. Every output TensorRT aliases to an
+    input must be in the map, ``in_place``.
+    """
+    names = [engine.get_tensor_name(i) for i in range(engine.num_io_tensors)]
+    modes = {n: str(engine.get_tensor_mode(n)).rsplit(".", 1)[-1] for n in names}
+    listed = {w.output_name: w for w in entries}
+    for w in entries:
+        for name, mode in ((w.input_name, "INPUT"), (w.output_name, "OUTPUT")):
+            if modes.get(name) != mode:
+                raise AliasMapError(
+                    f"alias map: '{name}' is not an {mode.lower()} of the engine "
+                    f"(its I/O tensors: {names})"
+                )
+        if w.update != "in_place":
+            continue
+        shapes = [
+            list(engine.get_tensor_shape(n)) for n in (w.input_name, w.output_name)
+        ]
+        dtypes = [engine.get_tensor_dtype(n) for n in (w.input_name, w.output_name)]
+        if dtypes[0] != dtypes[1] or shapes[0] != shapes[1]:
+            raise AliasMapError(
+                f"alias map: output '{w.output_name}' ({dtypes[1]}, {shapes[1]}) is "
+                f"bound in place to input '{w.input_name}' ({dtypes[0]}, {shapes[0]}); "
+                "they must have the same dtype and shape"
+            )
+        if w.binding == "engine":
+            aliased = engine.get_aliased_input_tensor(w.output_name)
+            if aliased != w.input_name:
+                raise AliasMapError(
+                    f"alias map: output '{w.output_name}' is bound in place to "
+                    f"'{w.input_name}' by the engine, but the engine aliases it to "
+                    f"{aliased!r}"
+                )
+            if w.binding_shape is not None and w.binding_shape != shapes[0]:
+                raise AliasMapError(
+                    f"alias map: input '{w.input_name}' has binding_shape "
+                    f"{w.binding_shape}, but the engine's is {shapes[0]}"
+                )
+    for name in names:
+        if modes[name] != "OUTPUT":
+            continue
+        aliased = engine.get_aliased_input_tensor(name)
+        if aliased and (name not in listed or listed[name].update != "in_place"):
+            raise AliasMapError(
+                f"alias map: the engine writes output '{name}' into input "
+                f"'{aliased}' in place, and the map does not bind it in place"
+            )
+
+
 def check_in_place_bindings(
-    aliases: Sequence[Mapping[str, str]], addresses: Mapping[str, int]
+    aliases: Sequence[Mapping[str, Any]], addresses: Mapping[str, int]
 ) -> None:
     """Raise if an output the alias map binds in place is bound elsewhere.
+
+    The entries are checked first (:func:`alias_map_entries`): a typo, an unknown
+    binding or two outputs on one input is an :class:`AliasMapError`.
 
     ``aliases`` is the map's ``"aliases"`` list; ``addresses`` the device address
     bound to each engine I/O tensor by name (e.g. what a caller passes to
@@ -342,10 +537,10 @@ def check_in_place_bindings(
     their input's memory; ``declared_alias`` ones should (TensorRT writes the
     input either way, and the output then reads back the new value).
     """
-    for entry in aliases:
-        if entry.get("update") != "in_place":
+    for entry in alias_map_entries(list(aliases)):
+        if entry.update != "in_place":
             continue
-        output, state = entry["output"], entry["input"]
+        output, state = entry.output_name, entry.input_name
         for name in (output, state):
             if name not in addresses:
                 raise ValueError(
@@ -353,7 +548,7 @@ def check_in_place_bindings(
                     f"binds output '{output}' to input '{state}' in place"
                 )
         if addresses[output] != addresses[state]:
-            binding = entry.get("binding", "declared_alias")
+            binding = entry.binding
             raise ValueError(
                 f"Engine output '{output}' is bound to 0x{addresses[output]:x}, but "
                 f"the alias map says it updates input '{state}' in place "

@@ -187,6 +187,179 @@ class TestEngineAliasesInTheMap(TestCase):
         )
 
 
+class StandInEngine:
+    """Stands in for a deserialized ICudaEngine: the queries the map's check makes
+    (names, modes, shapes, dtypes, the aliases TensorRT reports). Tests our check,
+    not TensorRT."""
+
+    def __init__(self, tensors, aliased=None):
+        # tensors: name -> (mode, dtype, shape)
+        self.tensors, self.aliased = tensors, dict(aliased or {})
+        self.num_io_tensors = len(tensors)
+
+    def get_tensor_name(self, i):
+        return list(self.tensors)[i]
+
+    def get_tensor_mode(self, name):
+        return f"TensorIOMode.{self.tensors[name][0]}"
+
+    def get_tensor_dtype(self, name):
+        return self.tensors[name][1]
+
+    def get_tensor_shape(self, name):
+        return tuple(self.tensors[name][2])
+
+    def get_aliased_input_tensor(self, name):
+        return self.aliased.get(name)
+
+
+def _map(*entries, version=2, **top):
+    return {
+        "format": "torch_tensorrt.engine_io_aliases",
+        "version": version,
+        "aliases": list(entries),
+        **top,
+    }
+
+
+ENGINE_ENTRY = {
+    "output": "cache_new",
+    "input": "cache",
+    "update": "in_place",
+    "binding": "engine",
+    "state_shape": [2, 16, 8],
+    "binding_shape": [2, 1, 16, 8],
+}
+
+
+class TestReadingTheMap(TestCase):
+    """The map's reader: every word of the format checked, with a clear error."""
+
+    def test_what_is_written_is_read_back(self):
+        import os
+        import tempfile
+
+        from torch_tensorrt.dynamo.lowering._mutation_write_backs import (
+            WriteBack,
+            read_alias_map,
+            write_alias_map,
+        )
+
+        written = [
+            WriteBack("x", "x_new"),
+            WriteBack("s", "s_new", "in_place", "same_address"),
+            WriteBack("c", "c_new", "in_place", "engine", [2, 16, 8], [2, 1, 16, 8]),
+        ]
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "a.json")
+            write_alias_map(path, written)
+            self.assertEqual(read_alias_map(path), written)
+
+    def test_every_mistake_is_an_error_naming_it(self):
+        from torch_tensorrt.dynamo.lowering._mutation_write_backs import (
+            AliasMapError,
+            read_alias_map,
+        )
+
+        copy_entry = {"output": "x_new", "input": "x", "update": "copy"}
+        cases = [
+            (
+                _map(copy_entry, version=3),
+                "version is 3; this Torch-TensorRT reads version 2",
+            ),
+            (dict(_map(copy_entry), format="other"), "format is 'other'"),
+            (_map(copy_entry, extra=1), "unknown key(s) ['extra']"),
+            (
+                _map(dict(copy_entry, update="inplace")),
+                "update 'inplace' is not one of",
+            ),
+            (_map(dict(copy_entry, update="in_place")), "needs a binding"),
+            (_map(dict(ENGINE_ENTRY, binding="engin")), "needs a binding, one of"),
+            (_map(dict(copy_entry, bindng="engine")), "unknown key(s) ['bindng']"),
+            (_map({"output": "x_new", "update": "copy"}), "'input' is missing"),
+            (_map(dict(copy_entry, output="x")), "is copied into itself"),
+            (_map(copy_entry, copy_entry), "both give output 'x_new'"),
+            (
+                _map(ENGINE_ENTRY, dict(ENGINE_ENTRY, output="other")),
+                "both bound in place to input 'cache'",
+            ),
+            (
+                _map(dict(ENGINE_ENTRY, state_shape=[2, "16"])),
+                "expected a list of dimensions",
+            ),
+            (
+                _map(dict(copy_entry, state_shape=[2], binding_shape=[2])),
+                "on a 'binding': 'engine' entry only",
+            ),
+            (_map(dict(ENGINE_ENTRY, binding_shape=None)), "go together"),
+            ([copy_entry], "an alias map is a JSON object"),
+        ]
+        for data, message in cases:
+            with self.subTest(message):
+                with self.assertRaises(AliasMapError) as raised:
+                    read_alias_map(data)
+                self.assertIn(message, str(raised.exception))
+
+    def test_the_binding_check_reads_the_entries_first(self):
+        from torch_tensorrt.dynamo.lowering._mutation_write_backs import (
+            AliasMapError,
+            check_in_place_bindings,
+        )
+
+        typo = [{"output": "y", "input": "x", "update": "in_place", "binding": "engin"}]
+        with self.assertRaisesRegex(AliasMapError, "needs a binding"):
+            check_in_place_bindings(typo, {"x": 1, "y": 1})
+
+    def test_the_map_against_its_engine(self):
+        from torch_tensorrt.dynamo.lowering._mutation_write_backs import (
+            AliasMapError,
+            check_alias_map_against_engine,
+            read_alias_map,
+        )
+
+        def engine(**changes):
+            tensors = {
+                "cache": ("INPUT", "FLOAT", (2, 1, 16, 8)),
+                "update": ("INPUT", "FLOAT", (2, 1, 2, 8)),
+                "cache_new": ("OUTPUT", "FLOAT", (2, 1, 16, 8)),
+                "output0": ("OUTPUT", "FLOAT", (2, 2, 8)),
+            }
+            tensors.update(changes.pop("tensors", {}))
+            return StandInEngine(
+                tensors, changes.get("aliased", {"cache_new": "cache"})
+            )
+
+        entries = read_alias_map(_map(ENGINE_ENTRY))
+        check_alias_map_against_engine(entries, engine())
+        cases = [
+            (
+                engine(tensors={"cache_new": ("INPUT", "FLOAT", (2, 1, 16, 8))}),
+                "'cache_new' is not an output",
+            ),
+            (
+                engine(tensors={"cache_new": ("OUTPUT", "INT8", (2, 1, 16, 8))}),
+                "must have the same dtype and shape",
+            ),
+            (
+                engine(
+                    tensors={
+                        "cache": ("INPUT", "FLOAT", (2, 16, 8)),
+                        "cache_new": ("OUTPUT", "FLOAT", (2, 16, 8)),
+                    }
+                ),
+                "has binding_shape [2, 1, 16, 8], but the engine's is [2, 16, 8]",
+            ),
+            (engine(aliased={}), "but the engine aliases it to None"),
+        ]
+        for stand_in, message in cases:
+            with self.subTest(message):
+                with self.assertRaises(AliasMapError) as raised:
+                    check_alias_map_against_engine(entries, stand_in)
+                self.assertIn(message, str(raised.exception))
+        with self.assertRaisesRegex(AliasMapError, "the map does not bind it in place"):
+            check_alias_map_against_engine([], engine())
+
+
 class TestWritingTheMap(TestCase):
     """The map replaces only a regular file, atomically, with the umask's mode."""
 
@@ -294,6 +467,13 @@ class TestAliasMapOnGpu(TestCase):
         self.assertEqual(alias["binding"], "engine")
         engine = trt.Runtime(trt.Logger()).deserialize_cuda_engine(engine_bytes)
         self.assertEqual(engine.get_aliased_input_tensor("cache_new"), "cache")
+        from torch_tensorrt.dynamo.lowering._mutation_write_backs import (
+            alias_map_entries,
+            check_alias_map_against_engine,
+        )
+
+        # the map fits the real engine (names, dtypes, shapes, its own aliases)
+        check_alias_map_against_engine(alias_map_entries(aliases), engine)
         context = engine.create_execution_context()
         output0 = torch.empty(tuple(engine.get_tensor_shape("output0")), device="cuda")
         eager_cache = cache.clone()
@@ -331,6 +511,12 @@ class TestAliasMapOnGpu(TestCase):
             with open(f"{tmp}/aliases.json") as f:
                 aliases = json.load(f)["aliases"]
         engine = trt.Runtime(trt.Logger()).deserialize_cuda_engine(engine_bytes)
+        from torch_tensorrt.dynamo.lowering._mutation_write_backs import (
+            alias_map_entries,
+            check_alias_map_against_engine,
+        )
+
+        check_alias_map_against_engine(alias_map_entries(aliases), engine)
         context = engine.create_execution_context()
         state = torch.zeros(4, 16, device="cuda")
         eager = MutateBufferAndReturn().cuda()

@@ -355,6 +355,12 @@ class TestViewedStatesOnGpu(TestCase):
         self.assertEqual((alias["update"], alias["binding"]), ("in_place", "engine"))
         self.assertEqual(alias["state_shape"][1:], list(state.shape[1:]))
         engine = trt.Runtime(trt.Logger()).deserialize_cuda_engine(engine_bytes)
+        from torch_tensorrt.dynamo.lowering._mutation_write_backs import (
+            alias_map_entries,
+            check_alias_map_against_engine,
+        )
+
+        check_alias_map_against_engine(alias_map_entries(aliases), engine)
         # TensorRT itself reports the alias the map gives
         self.assertEqual(
             engine.get_aliased_input_tensor(alias["output"]), alias["input"]
