@@ -49,10 +49,10 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from state_update import (  # noqa: E402  (its sibling, for the shared parts)
-    FLAT,
     _timed,
     _trt,
     bind_addresses,
+    bind_buffers,
     flatness,
     flatness_lines,
 )
@@ -307,13 +307,12 @@ class EngineRunner:
     def __init__(
         self, engine_bytes: bytes, aliases: Sequence[Mapping[str, Any]]
     ) -> None:
-        from torch_tensorrt._enums import dtype
         from torch_tensorrt.dynamo.lowering._mutation_write_backs import (
             alias_map_entries,
             check_alias_map_against_engine,
         )
 
-        self.trt = trt = _trt()
+        trt = _trt()
         self.engine = trt.Runtime(trt.Logger()).deserialize_cuda_engine(engine_bytes)
         # the map fits the engine: names, dtypes, shapes, TensorRT's own aliases
         check_alias_map_against_engine(alias_map_entries(list(aliases)), self.engine)
@@ -324,11 +323,6 @@ class EngineRunner:
         ]
         out = trt.TensorIOMode.OUTPUT
         self.inputs = [n for n in names if self.engine.get_tensor_mode(n) != out]
-        self.outputs = [n for n in names if self.engine.get_tensor_mode(n) == out]
-        self.dtypes = {
-            n: dtype._from(self.engine.get_tensor_dtype(n)).to(torch.dtype)
-            for n in self.outputs
-        }
         self.facts: Dict[str, Any] = {
             "alias_map": self.aliases,
             "engine_aliases": {
@@ -343,30 +337,19 @@ class EngineRunner:
         self.bound: Dict[str, torch.Tensor] = {}
 
     def bind(self, tensors: Mapping[str, torch.Tensor]) -> None:
-        """Bind ``tensors`` (by input binding) and the outputs, per the alias map."""
-        in_place = {a["output"]: a for a in self.aliases if a["update"] == "in_place"}
-        copy = {a["output"]: a["input"] for a in self.aliases if a["update"] == "copy"}
-        state_alias = {a["input"]: a for a in in_place.values()}
-        bound: Dict[str, torch.Tensor] = {}
-        for name in self.inputs:
-            tensor = tensors[name]
-            if name in state_alias:
-                tensor = engine_view(tensor, state_alias[name])
-            if not self.context.set_input_shape(name, tuple(tensor.shape)):
-                raise RuntimeError(f"set_input_shape failed for {name}")
-            bound[name] = tensor
-        self.copies = []
-        for name in self.outputs:
-            if name in in_place:
-                bound[name] = bound[in_place[name]["input"]]
-                continue
-            shape = tuple(self.context.get_tensor_shape(name))
-            bound[name] = torch.empty(shape, dtype=self.dtypes[name], device="cuda")
-            if name in copy:
-                state = tensors[copy[name]]
-                self.copies.append((state, bound[name].view(state.shape)))
-        bind_addresses(self.context, bound)
-        self.bound = bound  # the engine reads and writes them until the next bind
+        """Bind ``tensors`` (by input binding) and the outputs, per the alias map.
+
+        A state the engine writes in place is bound through its view in the
+        engine's shape (``binding_shape``), for the input and for its output.
+        """
+        in_place = {a["input"]: a for a in self.aliases if a["update"] == "in_place"}
+        inputs = {
+            name: engine_view(t, in_place[name]) if name in in_place else t
+            for name, t in tensors.items()
+        }
+        # kept: the engine reads and writes them until the next bind
+        self.bound, self.copies = bind_buffers(self.engine, inputs, self.aliases)
+        bind_addresses(self.context, self.bound)
 
     def execute(self) -> None:
         stream = torch.cuda.current_stream()

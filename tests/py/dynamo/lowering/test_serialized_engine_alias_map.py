@@ -20,6 +20,10 @@ from test_lower_auto_functionalized import (
     _inputs,
 )
 from torch.testing._internal.common_utils import TestCase, run_tests
+from torch_tensorrt.dynamo.lowering._mutation_write_backs import (
+    alias_map_entries,
+    check_alias_map_against_engine,
+)
 
 
 class KvWrite(torch.nn.Module):
@@ -467,11 +471,6 @@ class TestAliasMapOnGpu(TestCase):
         self.assertEqual(alias["binding"], "engine")
         engine = trt.Runtime(trt.Logger()).deserialize_cuda_engine(engine_bytes)
         self.assertEqual(engine.get_aliased_input_tensor("cache_new"), "cache")
-        from torch_tensorrt.dynamo.lowering._mutation_write_backs import (
-            alias_map_entries,
-            check_alias_map_against_engine,
-        )
-
         # the map fits the real engine (names, dtypes, shapes, its own aliases)
         check_alias_map_against_engine(alias_map_entries(aliases), engine)
         context = engine.create_execution_context()
@@ -511,11 +510,6 @@ class TestAliasMapOnGpu(TestCase):
             with open(f"{tmp}/aliases.json") as f:
                 aliases = json.load(f)["aliases"]
         engine = trt.Runtime(trt.Logger()).deserialize_cuda_engine(engine_bytes)
-        from torch_tensorrt.dynamo.lowering._mutation_write_backs import (
-            alias_map_entries,
-            check_alias_map_against_engine,
-        )
-
         check_alias_map_against_engine(alias_map_entries(aliases), engine)
         context = engine.create_execution_context()
         state = torch.zeros(4, 16, device="cuda")

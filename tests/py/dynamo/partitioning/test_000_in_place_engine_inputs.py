@@ -61,10 +61,11 @@ class StateAcrossEngines(torch.nn.Module):
         return state * between + y
 
 
-def partitioned(module, fast):
+def partitioned(module, fast, inputs=None):
     """The partitioned graph ``compile`` hands to the in-place input pass."""
     x = torch.randn(2, 4)
-    ep = torch.export.export(module, (x.clone(), x.clone()))
+    inputs = [x, x] if inputs is None else inputs
+    ep = torch.export.export(module, tuple(t.clone() for t in inputs))
     captured = []
     with unittest.mock.patch(
         "torch_tensorrt.dynamo.partitioning.isolate_in_place_engine_inputs",
@@ -72,7 +73,7 @@ def partitioned(module, fast):
     ):
         torch_tensorrt.dynamo.compile(
             ep,
-            arg_inputs=[x, x],
+            arg_inputs=inputs,
             min_block_size=1,
             dryrun=True,
             use_fast_partitioner=fast,
@@ -107,25 +108,6 @@ class ManyStates(torch.nn.Module):
         return states[0].sin() * 2
 
 
-def _partitioned_states(n):
-    states = [torch.zeros(2, 4) for _ in range(n)]
-    ep = torch.export.export(ManyStates(n), tuple(s.clone() for s in states))
-    captured = []
-    with unittest.mock.patch(
-        "torch_tensorrt.dynamo.partitioning.isolate_in_place_engine_inputs",
-        side_effect=captured.append,
-    ):
-        torch_tensorrt.dynamo.compile(
-            ep,
-            arg_inputs=states,
-            min_block_size=1,
-            dryrun=True,
-            torch_executed_ops={torch.ops.aten.sin.default},
-        )
-    (gm,) = captured
-    return gm
-
-
 class TestLinearInTheStates(TestCase):
     """The pass looks at each state and each node a bounded number of times.
 
@@ -140,7 +122,7 @@ class TestLinearInTheStates(TestCase):
             DYNAMO_CONVERTERS,
         )
 
-        gm = _partitioned_states(n)
+        gm = partitioned(ManyStates(n), False, [torch.zeros(2, 4) for _ in range(n)])
         lookups = unittest.mock.patch.object(
             type(DYNAMO_CONVERTERS),
             "get",

@@ -39,6 +39,7 @@ from typing import Any, Collection, List, Optional, Sequence, Tuple
 
 import torch
 from torch_tensorrt._enums import dtype
+from torch_tensorrt.dynamo.conversion._functionalized_op import is_write_back
 
 logger = logging.getLogger(__name__)
 
@@ -304,10 +305,7 @@ def _is_state_update(write: torch.fx.Node, cache: torch.fx.Node) -> bool:
     if cache.meta.get("_lifted_buffer") is not None:
         return True
     return any(
-        user.op == "call_function"
-        and user.target in (torch.ops.aten.copy_.default, torch.ops.aten.copy_)
-        and user.args[:2] == (cache, write)
-        for user in write.users
+        is_write_back(user) and user.args[:2] == (cache, write) for user in write.users
     )
 
 

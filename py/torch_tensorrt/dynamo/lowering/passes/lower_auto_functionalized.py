@@ -194,9 +194,7 @@ def _rewrite(
     settings: CompilationSettings,
 ) -> bool:
     schema = op._schema
-    listed = [
-        a.name for a in mutated_arguments(schema) if isinstance(a.type, torch.ListType)
-    ]
+    listed = [a.name for a in mutated_arguments(schema) if _is_list(a.type)]
     if listed:
         reason = (
             f"{op}: its mutated argument '{listed[0]}' is a list of tensors "
@@ -362,6 +360,13 @@ def _rewrite(
         graph.erase_node(user)
     graph.erase_node(node)
     return True
+
+
+def _is_list(arg_type: Any) -> bool:
+    """``Tensor[]`` or ``Tensor[]?``: a list of tensors, optional or not."""
+    if isinstance(arg_type, torch.OptionalType):
+        arg_type = arg_type.getElementType()
+    return isinstance(arg_type, torch.ListType)
 
 
 # Why a mutating op with a converter is left to PyTorch (on its

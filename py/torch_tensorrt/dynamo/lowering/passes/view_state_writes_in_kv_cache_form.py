@@ -119,8 +119,9 @@ def _rewrite(gm: torch.fx.GraphModule, plan: KVStateWrite) -> None:
             args: Tuple[Any, ...] = (state, 2, plan.index, values)
             target = torch.ops.aten.index_copy.default
         else:
-            end = plan.write.args[4] if not isinstance(plan.start, int) else None
-            end = plan.start + plan.length if end is None else end
+            # a symbolic start keeps the write's own (symbolic) end
+            static = isinstance(plan.start, int)
+            end = plan.start + plan.length if static else plan.write.args[4]
             args = (state, values, 2, plan.start, end)
             target = torch.ops.aten.slice_scatter.default
         written = _call(graph, target, args, state.meta["val"].clone())
@@ -146,10 +147,7 @@ def _rewrite(gm: torch.fx.GraphModule, plan: KVStateWrite) -> None:
         )
         boundary_view.meta[STATE_VIEW] = {"role": "output", "input": plan.cache.name}
     for user in list(write.users):
-        leaves = user.op == "output" or (
-            user.op == "call_function"
-            and user.target in (torch.ops.aten.copy_.default, torch.ops.aten.copy_)
-        )
+        leaves = user.op == "output" or is_write_back(user)
         user.replace_input_with(write, boundary_view if leaves else inner_view)
     graph.erase_node(write)
 
