@@ -1,0 +1,197 @@
+"""An engine's aliased I/O records, checked before an output is bound to an input.
+
+An engine's ``aliased_io`` maps an output binding name to ``(input binding name,
+kind)``: both runtimes bind that output to the input's memory, so the engine
+writes the input in place. The records travel in the serialized engine info
+(``ALIASED_IO_IDX``, ``output@input@kind`` joined by ``%``) and come back on
+every load, from a file that may be damaged or written by someone else. Before
+any memory is shared:
+
+* :func:`read_aliased_io_records` parses them strictly: a malformed record, an
+  output named twice or an unknown kind is an error (an unknown kind would hide
+  the output from ``user_output_count``; the C++ library reads it as
+  ``kv_cache_update``);
+* :func:`check_aliased_io_records` checks them against the engine's binding
+  names: every output and input exists, and no input receives two outputs;
+* :func:`check_aliased_io_against_engine` checks each pair against the
+  deserialized engine: an output and an input of the same dtype, rank and
+  static dimensions (so of the same byte size);
+* :func:`check_bound_alias` checks, on every call and on every execution path,
+  the input tensor an output is about to be bound to: its dtype, shape, byte
+  size and layout.
+
+Each raises :class:`AliasedIOError` with one sentence naming the engine and the
+bindings; none of them relies on ``assert``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Dict, Optional, Sequence, Tuple
+
+import torch
+from torch_tensorrt.dynamo.conversion._ConversionContext import AliasKind
+
+ALIAS_KINDS = tuple(kind.value for kind in AliasKind)
+
+# Mirrors the runtime's wire format (serialize_aliased_io)
+_RECORD_DELIM = "%"
+_FIELD_DELIM = "@"
+
+
+class AliasedIOError(RuntimeError):
+    """An aliased I/O record or binding that would share memory unsafely."""
+
+
+def read_aliased_io_records(text: str, engine_name: str) -> Dict[str, Tuple[str, str]]:
+    """Parse serialized ``output@input@kind`` records, refusing anything unclear."""
+    records: Dict[str, Tuple[str, str]] = {}
+    if not text:
+        return records
+    for record in str(text).split(_RECORD_DELIM):
+        fields = record.split(_FIELD_DELIM)
+        if len(fields) != 3 or not all(fields):
+            raise AliasedIOError(
+                f"Engine {engine_name} has a malformed aliased I/O record "
+                f"{record!r}; expected 'output{_FIELD_DELIM}input{_FIELD_DELIM}kind'."
+            )
+        out_name, in_name, kind = fields
+        if kind not in ALIAS_KINDS:
+            raise AliasedIOError(
+                f"Engine {engine_name} declares output '{out_name}' aliased to input "
+                f"'{in_name}' with unknown kind {kind!r}; expected one of "
+                f"{list(ALIAS_KINDS)}."
+            )
+        if out_name in records:
+            raise AliasedIOError(
+                f"Engine {engine_name} declares output '{out_name}' aliased twice "
+                f"(to '{records[out_name][0]}' and to '{in_name}'); an output can be "
+                "written into one input only."
+            )
+        records[out_name] = (in_name, kind)
+    return records
+
+
+def check_aliased_io_records(
+    engine_name: str,
+    aliased_io: Dict[str, Tuple[str, str]],
+    input_binding_names: Sequence[str],
+    output_binding_names: Sequence[str],
+) -> None:
+    """Every aliased output and input is a binding of the engine; one output per input."""
+    inputs, outputs = set(input_binding_names), set(output_binding_names)
+    written: Dict[str, str] = {}
+    for out_name, (in_name, kind) in aliased_io.items():
+        if kind not in ALIAS_KINDS:
+            raise AliasedIOError(
+                f"Engine {engine_name} declares output '{out_name}' aliased with "
+                f"unknown kind {kind!r}; expected one of {list(ALIAS_KINDS)}."
+            )
+        if out_name not in outputs:
+            raise AliasedIOError(
+                f"Engine {engine_name} declares an aliased output '{out_name}' it "
+                f"does not have (its outputs: {list(output_binding_names)})."
+            )
+        if in_name not in inputs:
+            raise AliasedIOError(
+                f"Engine {engine_name} declares output '{out_name}' aliased to input "
+                f"'{in_name}', which it does not have (its inputs: "
+                f"{list(input_binding_names)})."
+            )
+        if in_name in written:
+            raise AliasedIOError(
+                f"Engine {engine_name} declares outputs '{written[in_name]}' and "
+                f"'{out_name}' both written into input '{in_name}'; an input can "
+                "receive one output only."
+            )
+        written[in_name] = out_name
+
+
+def _described(dtype: torch.dtype, shape: Sequence[int]) -> str:
+    dims = "x".join(str(d) for d in shape) or "scalar"
+    text = f"{str(dtype).replace('torch.', '')} {dims}"
+    if all(d >= 0 for d in shape):
+        nbytes = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+        text += f" ({nbytes} bytes)"
+    return text
+
+
+def _torch_dtype(trt_dtype: Any) -> torch.dtype:
+    from torch_tensorrt._enums import dtype
+
+    return dtype._from(trt_dtype).to(torch.dtype)
+
+
+def check_aliased_io_against_engine(
+    engine_name: str, aliased_io: Dict[str, Tuple[str, str]], cuda_engine: Any
+) -> None:
+    """Each aliased pair is an output and an input with the same dtype and shape.
+
+    ``cuda_engine`` is the deserialized ``ICudaEngine``. A dimension dynamic in
+    either binding is compared on every call by :func:`check_bound_alias`.
+    """
+    import tensorrt as trt
+
+    for out_name, (in_name, _kind) in aliased_io.items():
+        modes = (
+            cuda_engine.get_tensor_mode(out_name),
+            cuda_engine.get_tensor_mode(in_name),
+        )
+        if modes != (trt.TensorIOMode.OUTPUT, trt.TensorIOMode.INPUT):
+            raise AliasedIOError(
+                f"Engine {engine_name} declares '{out_name}' aliased to '{in_name}', "
+                "but the engine does not have them as an output and an input."
+            )
+        out_dtype = _torch_dtype(cuda_engine.get_tensor_dtype(out_name))
+        in_dtype = _torch_dtype(cuda_engine.get_tensor_dtype(in_name))
+        out_shape = tuple(cuda_engine.get_tensor_shape(out_name))
+        in_shape = tuple(cuda_engine.get_tensor_shape(in_name))
+        same_shape = len(out_shape) == len(in_shape) and all(
+            o == i or o < 0 or i < 0 for o, i in zip(out_shape, in_shape)
+        )
+        if out_dtype != in_dtype or not same_shape:
+            raise AliasedIOError(
+                f"Engine {engine_name} cannot write output '{out_name}' "
+                f"({_described(out_dtype, out_shape)}) into input '{in_name}' "
+                f"({_described(in_dtype, in_shape)}): an aliased output needs its "
+                "input's dtype and shape."
+            )
+
+
+def check_bound_alias(
+    engine_name: str,
+    output_name: str,
+    output_shape: Sequence[int],
+    output_dtype: torch.dtype,
+    input_name: str,
+    bound_input: Optional[torch.Tensor],
+) -> torch.Tensor:
+    """The tensor ``output_name`` is bound to: ``bound_input``, checked.
+
+    ``output_shape`` is the shape the execution context reports for the output
+    with this call's input shapes.
+    """
+    if bound_input is None:
+        raise AliasedIOError(
+            f"Engine {engine_name} writes output '{output_name}' into input "
+            f"'{input_name}', which was not bound in this call."
+        )
+    shape = tuple(int(d) for d in output_shape)
+    if (
+        bound_input.dtype != output_dtype
+        or tuple(bound_input.shape) != shape
+        or bound_input.numel() * bound_input.element_size()
+        != math.prod(shape) * torch.empty((), dtype=output_dtype).element_size()
+    ):
+        raise AliasedIOError(
+            f"Engine {engine_name} cannot write output '{output_name}' "
+            f"({_described(output_dtype, shape)}) into input '{input_name}' "
+            f"({_described(bound_input.dtype, tuple(bound_input.shape))}): an "
+            "aliased output needs its input's dtype and shape."
+        )
+    if not bound_input.is_contiguous():
+        raise AliasedIOError(
+            f"Engine {engine_name} cannot write output '{output_name}' into input "
+            f"'{input_name}': the bound input is not contiguous."
+        )
+    return bound_input

@@ -1,0 +1,331 @@
+# type: ignore
+"""Calls whose arguments share memory with an input written in place are refused.
+
+A compiled module computes every new value from its inputs' values on entry, so
+``def forward(self, a, b): a += 1; b *= 2`` called as ``m(x, x)`` would give 2.0
+where eager PyTorch gives 4.0. The overlap test is checked against the element
+addresses themselves; the compiled module's refusal on the CPU with engines
+built by TensorRT-RTX and their execution stood in; the engines' own refusal
+(both runtimes) and the whole-graph CUDA-graph wrapper's on a GPU.
+"""
+
+import itertools
+import random
+import sys
+import unittest
+import unittest.mock
+from pathlib import Path
+
+import torch
+import torch_tensorrt
+from torch.testing._internal.common_utils import TestCase, run_tests
+from torch_tensorrt.dynamo.runtime._aliased_arguments import (
+    InPlaceArgumentsCheck,
+    check_in_place_arguments_distinct,
+    tensors_overlap,
+)
+from torch_tensorrt.dynamo.runtime._TorchTensorRTModule import TorchTensorRTModule
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lowering"))
+from test_compile_with_stand_in_engines import compile_on_cpu  # noqa: E402
+from test_lower_auto_functionalized import (  # noqa: E402
+    CPU_BUILDER,
+    NEEDS_CPU_BUILDER,
+)
+
+NO_GPU = "Running TensorRT engines needs a CUDA device; this host has none."
+
+
+def _addresses(t):
+    """Every byte address an element of ``t`` occupies (the reference)."""
+    start, size = t.data_ptr(), t.element_size()
+    found = set()
+    for index in itertools.product(*(range(n) for n in t.shape)):
+        offset = sum(i * s for i, s in zip(index, t.stride()))
+        first = start + offset * size
+        found.update(range(first, first + size))
+    return found
+
+
+def _random_view(storage, rng):
+    rank = rng.randint(1, 3)
+    shape = [rng.randint(1, 4) for _ in range(rank)]
+    stride = [rng.randint(1, 7) for _ in range(rank)]
+    extent = sum((n - 1) * s for n, s in zip(shape, stride))
+    offset = rng.randint(0, storage.numel() - extent - 1)
+    return storage.as_strided(shape, stride, offset)
+
+
+class TestTensorsOverlap(TestCase):
+    def test_never_misses_an_overlap_and_is_exact_for_equal_layouts(self):
+        rng = random.Random(0)
+        storage = torch.zeros(128)
+        exact = 0
+        for _ in range(3000):
+            a = _random_view(storage, rng)
+            if rng.random() < 0.5:  # the same layout elsewhere in the storage
+                extent = sum((n - 1) * s for n, s in zip(a.shape, a.stride()))
+                b = storage.as_strided(
+                    a.shape, a.stride(), rng.randint(0, storage.numel() - extent - 1)
+                )
+            else:
+                b = _random_view(storage, rng)
+            truth = bool(_addresses(a) & _addresses(b))
+            found = tensors_overlap(a, b)
+            self.assertEqual(tensors_overlap(b, a), found)
+            if truth:
+                self.assertTrue(found, f"missed: {a.stride()} / {b.stride()}")
+            if a.shape == b.shape and a.stride() == b.stride():
+                exact += 1
+                self.assertEqual(found, truth, f"{a.shape} {a.stride()}")
+        self.assertGreater(exact, 1000)
+
+    def test_interleaved_halves_of_one_storage_are_distinct(self):
+        kv = torch.zeros(3, 2, 4, 16, 8)  # K and V caches of 3 layers in one tensor
+        self.assertFalse(tensors_overlap(kv[:, 0], kv[:, 1]))
+        self.assertTrue(tensors_overlap(kv[:, 0], kv[:, 0, :, 3:5]))
+        self.assertTrue(tensors_overlap(kv[:, 0], kv[:, :, 0]))
+
+    def test_contiguous_slices_and_reinterpreted_bytes(self):
+        x = torch.zeros(16)
+        self.assertFalse(tensors_overlap(x[:8], x[8:]))
+        self.assertTrue(tensors_overlap(x[:9], x[8:]))
+        self.assertTrue(tensors_overlap(x, x.view(torch.int32)))
+        self.assertTrue(tensors_overlap(x[4:6], x.view(torch.uint8)[23:24]))
+        self.assertFalse(tensors_overlap(x[4:6], x.view(torch.uint8)[24:25]))
+        self.assertFalse(tensors_overlap(x[:0], x))
+        self.assertFalse(tensors_overlap(x, torch.zeros(16)))
+
+
+class TestTheRefusal(TestCase):
+    def test_one_sentence_names_both_arguments(self):
+        x = torch.zeros(4)
+        with self.assertRaisesRegex(
+            RuntimeError,
+            r"^Engine e writes input 'cache' in place and input 'update' shares "
+            r"memory with it, .* a clone of the input 'update'\)\.$",
+        ):
+            check_in_place_arguments_distinct(
+                "Engine e", [x, x[1:2]], ["cache", "update"], [0]
+            )
+
+    def test_only_written_inputs_and_buffers_are_compared(self):
+        x = torch.zeros(4)
+        # two inputs nobody writes may share memory
+        check_in_place_arguments_distinct("m", [x, x, x[1:]], ["a", "b", "c"], [])
+        # a written input next to distinct ones
+        check_in_place_arguments_distinct(
+            "m", [x[:2], x[2:], 3, None], ["a", "b", "n", "o"], [0, 1]
+        )
+        with self.assertRaisesRegex(RuntimeError, "buffer 'state'.*input 'b'"):
+            check_in_place_arguments_distinct(
+                "m", [torch.zeros(2), x[1:]], ["a", "b"], [], [("state", x)]
+            )
+
+    def test_fake_tensors_are_not_compared(self):
+        from torch._subclasses.fake_tensor import FakeTensorMode
+
+        with FakeTensorMode():
+            x = torch.zeros(4)
+        check_in_place_arguments_distinct("m", [x, x], ["a", "b"], [0])
+
+
+class TwoWritten(torch.nn.Module):
+    """The issue's example: eager gives 4.0 for ``m(x, x)`` with x = 1."""
+
+    def forward(self, a, b):
+        a += 1
+        b *= 2
+
+
+class WrittenAndRead(torch.nn.Module):
+    def forward(self, a, b):
+        torch.ops.trt_mut.add_one_(a)
+        return a * b
+
+
+class NothingWritten(torch.nn.Module):
+    def forward(self, a, b):
+        return a + b
+
+
+class WritesItsBuffer(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("state", torch.zeros(4, 16))
+
+    def forward(self, x):
+        torch.ops.trt_mut.add_one_(self.state)
+        return x + self.state
+
+
+def _ones(*shape):
+    return torch.ones(*shape)
+
+
+@unittest.skipIf(not CPU_BUILDER, NEEDS_CPU_BUILDER)
+class TestCompiledModuleOnCpu(TestCase):
+    """``compile()``'s module; engines built, their execution stood in."""
+
+    def test_the_issue_s_example_is_refused_not_wrong(self):
+        trt, _ = compile_on_cpu(self, TwoWritten(), (_ones(4, 16), _ones(4, 16)))
+        x = _ones(4, 16)
+        for call in (lambda: trt(x, x), lambda: trt(a=x, b=x), lambda: trt(x, b=x)):
+            with self.assertRaisesRegex(
+                RuntimeError, r"writes input 'a' in place and input 'b' shares memory"
+            ):
+                call()
+        self.assertEqual(x, _ones(4, 16), msg="a refused call ran")
+        # disjoint parts of one storage are separate arguments
+        storage, eager = _ones(8, 16), _ones(8, 16)
+        trt(storage[:4], storage[4:])
+        TwoWritten()(eager[:4], eager[4:])
+        self.assertEqual(storage, eager)
+
+    def test_a_written_input_overlapping_one_only_read(self):
+        trt, _ = compile_on_cpu(self, WrittenAndRead(), (_ones(4, 16), _ones(4, 16)))
+        x = _ones(4, 16)
+        with self.assertRaisesRegex(RuntimeError, "input 'a' in place and input 'b'"):
+            trt(x, x[:, :])
+        with self.assertRaisesRegex(RuntimeError, "input 'a' in place and input 'b'"):
+            rows = _ones(5, 16)
+            trt(rows[1:], rows[:4])
+        a, b = _ones(4, 16), torch.full((4, 16), 3.0)
+        self.assertEqual(trt(a, b), torch.full((4, 16), 6.0))
+
+    def test_a_module_that_writes_nothing_is_not_checked(self):
+        trt, _ = compile_on_cpu(self, NothingWritten(), (_ones(4, 16), _ones(4, 16)))
+        self.assertFalse(
+            [
+                h
+                for h in trt._forward_pre_hooks.values()
+                if isinstance(h, InPlaceArgumentsCheck)
+            ]
+        )
+        x = _ones(4, 16)
+        self.assertEqual(trt(x, x), x + x)
+
+    def test_the_whole_graph_wrapper_checks_the_caller_s_tensors(self):
+        from torch_tensorrt.dynamo.runtime._CudaGraphsTorchTensorRTModule import (
+            CudaGraphsTorchTensorRTModule,
+        )
+
+        trt, _ = compile_on_cpu(self, TwoWritten(), (_ones(4, 16), _ones(4, 16)))
+        # constructing the wrapper captures on a GPU; the check runs before any
+        # of that, so only what it reads is set (the GPU variant is TestOnGpu's)
+        wrapper = CudaGraphsTorchTensorRTModule.__new__(CudaGraphsTorchTensorRTModule)
+        torch.nn.Module.__init__(wrapper)
+        wrapper.compiled_module = trt
+        wrapper._in_place_arguments = InPlaceArgumentsCheck.of_module(trt)
+        x = _ones(4, 16)
+        with unittest.mock.patch.object(
+            torch_tensorrt.runtime, "get_whole_cudagraphs_mode", return_value=True
+        ):
+            with self.assertRaisesRegex(
+                RuntimeError, "input 'a' in place and input 'b' shares memory"
+            ):
+                wrapper(x, x)
+
+    def test_an_argument_sharing_a_written_buffer(self):
+        trt, _ = compile_on_cpu(self, WritesItsBuffer(), (_ones(4, 16),))
+        with self.assertRaisesRegex(
+            RuntimeError, r"writes buffer 'state' in place and input 'x' shares memory"
+        ):
+            trt(trt.state[1:])
+        before = trt.state.clone()
+        trt(_ones(4, 16))
+        self.assertEqual(trt.state, before + 1)
+
+
+class KvWrite(torch.nn.Module):
+    """TensorRT writes ``cache`` in place (IKVCacheUpdateLayer)."""
+
+    def forward(self, cache, update):
+        cache[:, :, 3:4, :] = update
+        return cache.sum()
+
+
+class TwoKvWrites(torch.nn.Module):
+    def forward(self, k, v, update):
+        k[:, :, 3:4, :] = update
+        v[:, :, 3:4, :] = update * 2
+        return k.sum() + v.sum()
+
+
+def _engine_with_aliased_io(trt):
+    for _, module in trt.named_modules():
+        if isinstance(module, TorchTensorRTModule) and module.aliased_io:
+            return module
+    raise AssertionError("no engine writes an input in place")
+
+
+@unittest.skipIf(not torch.cuda.is_available(), NO_GPU)
+class TestOnGpu(TestCase):
+    """Real engines, on the runtime this install runs."""
+
+    def _compiled(self, module, args):
+        ep = torch.export.export(module, tuple(a.clone() for a in args))
+        return torch_tensorrt.dynamo.compile(
+            ep, arg_inputs=[a.clone() for a in args], min_block_size=1
+        )
+
+    def _kv(self):
+        cache = torch.zeros(1, 4, 16, 8, device="cuda")
+        update = torch.randn(1, 4, 1, 8, device="cuda")
+        return cache, update
+
+    def test_module_and_engine_refuse_an_update_inside_the_cache(self):
+        cache, update = self._kv()
+        trt = self._compiled(KvWrite(), (cache, update))
+        engine = _engine_with_aliased_io(trt)
+        inside = cache[:, :, 5:6, :]
+        with self.assertRaisesRegex(
+            RuntimeError, "input 'cache' in place and input 'update' shares memory"
+        ):
+            trt(cache, inside)
+        # the engine alone, as a loaded program or another graph would call it
+        names = engine.input_binding_names
+        args = [cache if "update" not in n else inside for n in names]
+        with self.assertRaisesRegex(
+            RuntimeError, rf"Engine {engine.name}\w* writes input '\w+' in place"
+        ):
+            engine(*args)
+        self.assertEqual(cache, torch.zeros_like(cache), msg="a refused call ran")
+        # a separate update is written, as eagerly
+        expected = cache.clone()
+        KvWrite()(expected, update)
+        trt(cache, update)
+        self.assertEqual(cache, expected)
+
+    def test_interleaved_caches_of_one_storage_are_accepted(self):
+        kv = torch.zeros(1, 2, 4, 16, 8, device="cuda")
+        update = torch.randn(1, 4, 1, 8, device="cuda")
+        trt = self._compiled(TwoKvWrites(), (kv[:, 0], kv[:, 1], update))
+        eager = kv.clone()
+        for step in range(3):
+            out = trt(kv[:, 0], kv[:, 1], update)
+            ref = TwoKvWrites()(eager[:, 0], eager[:, 1], update)
+            self.assertEqual(out, ref, msg=f"step {step}")
+            self.assertEqual(kv, eager, msg=f"step {step}")
+        with self.assertRaisesRegex(RuntimeError, "input 'k' in place and input 'v'"):
+            trt(kv[:, 0], kv[:, 0], update)
+
+    def test_whole_graph_cuda_graphs_check_the_caller_s_tensors(self):
+        from test_input_mutations import whole_graph_refused_by_tensorrt_rtx
+
+        cache, update = self._kv()
+        trt = self._compiled(KvWrite(), (cache, update))
+        refused = whole_graph_refused_by_tensorrt_rtx(trt)
+        if refused:
+            self.skipTest(refused)
+        with torch_tensorrt.runtime.enable_cudagraphs(trt) as graphed:
+            with self.assertRaisesRegex(RuntimeError, "input 'cache' in place"):
+                graphed(cache, cache[:, :, 5:6, :])
+            graphed(cache, update)
+        expected = torch.zeros_like(cache)
+        KvWrite()(expected, update)
+        self.assertEqual(cache, expected)
+
+
+if __name__ == "__main__":
+    run_tests()
