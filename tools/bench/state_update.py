@@ -448,6 +448,7 @@ MODULES = {
 def build_engine(way: str, args: Sequence[torch.Tensor]) -> Tuple[bytes, List[Any]]:
     """The serialized engine of ``way`` and its alias map's entries."""
     import torch_tensorrt
+    from torch_tensorrt.dynamo.lowering._mutation_write_backs import read_alias_map
 
     module, options = MODULES[way]
     ep = torch.export.export(module(), tuple(args))
@@ -462,6 +463,8 @@ def build_engine(way: str, args: Sequence[torch.Tensor]) -> Tuple[bytes, List[An
                 **options,
             )
         )
+        # the map's format, version and entries checked, as a C++ caller would
+        read_alias_map(f"{tmp}/aliases.json")
         with open(f"{tmp}/aliases.json") as f:
             aliases = json.load(f)["aliases"]
     expected = "copy" if way == "copy_back" else "in_place"
