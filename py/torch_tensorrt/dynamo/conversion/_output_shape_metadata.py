@@ -12,7 +12,7 @@ the graph partition in the error, so the user knows which pass to look at
 from __future__ import annotations
 
 import logging
-from typing import Any, List
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 from torch._guards import detect_fake_mode
@@ -37,6 +37,78 @@ def is_none_output(out_arg: Any) -> bool:
         and "val" in out_arg.meta
         and out_arg.meta["val"] is None
     )
+
+
+# What a graph output may be besides a tensor: a number, symbolic or literal
+SCALAR_TYPES = (torch.SymInt, torch.SymFloat, torch.SymBool, int, float, bool)
+
+
+def flat_outputs(value: Any) -> List[Any]:
+    """The outputs of a graph's output node in order, nested tuples and lists
+    flattened, ``None`` kept in its place."""
+    if isinstance(value, (tuple, list)):
+        return [leaf for v in value for leaf in flat_outputs(v)]
+    return [value]
+
+
+def is_scalar_output(out_arg: Any) -> bool:
+    """Whether a graph output is a number: a literal (``return y, 12``) or a node
+    whose value is a ``SymInt``, ``SymFloat``, ``SymBool`` or Python number
+    (``return y, y.shape[0]`` with a dynamic dimension)."""
+    if isinstance(out_arg, torch.fx.Node):
+        return isinstance(out_arg.meta.get("val"), SCALAR_TYPES)
+    return isinstance(out_arg, SCALAR_TYPES)
+
+
+def scalar_output_dtype(value: Any) -> torch.dtype:
+    """The dtype of the rank-0 engine output that carries a number: bool, int64,
+    or float32 (TensorRT has no float64)."""
+    if isinstance(value, (torch.SymBool, bool)):
+        return torch.bool
+    if isinstance(value, (torch.SymInt, int)):
+        return torch.int64
+    return torch.float32
+
+
+def scalar_output_positions(
+    symbolic_shape_expressions: Optional[Dict[str, Any]],
+) -> Tuple[int, ...]:
+    """Positions of the engine outputs that carry a number (``is_scalar``)."""
+    outputs = (symbolic_shape_expressions or {}).get("outputs") or []
+    return tuple(
+        i
+        for i, out in enumerate(outputs)
+        if isinstance(out, dict) and out.get("is_scalar")
+    )
+
+
+def outputs_as_numbers(outputs: Sequence[Any], positions: Tuple[int, ...]) -> List[Any]:
+    """``outputs`` with the rank-0 tensors at ``positions`` as Python numbers, as
+    eager PyTorch returns them."""
+    numbers = list(outputs)
+    for i in positions:
+        if i < len(numbers) and isinstance(numbers[i], torch.Tensor):
+            numbers[i] = numbers[i].item()
+    return numbers
+
+
+def scalar_at_rank_0(ctx: Any, tensor: Any, name: str) -> Any:
+    """``tensor`` (one element) reshaped to rank 0; unchanged if it has rank 0.
+
+    A converter may give a number as a shape ``[1]`` tensor (``aten.sym_size.int``
+    does); the engine output that carries it has rank 0, as the number has.
+    """
+    if len(tensor.shape) == 0:
+        return tensor
+    if tuple(tensor.shape) != (1,) * len(tensor.shape):
+        raise RuntimeError(
+            f"Output '{name}' is a number in the graph, but its TensorRT tensor has "
+            f"shape {tuple(tensor.shape)}; a number needs exactly one element."
+        )
+    layer = ctx.net.add_shuffle(tensor)
+    layer.reshape_dims = ()
+    layer.name = f"{name}_to_rank_0"
+    return layer.get_output(0)
 
 
 def node_value(node: Any, graph_name: str = "") -> Any:

@@ -14,6 +14,7 @@ a GPU this needs TensorRT-RTX.
 """
 
 import unittest
+import unittest.mock
 
 import torch
 import torch_tensorrt
@@ -211,6 +212,249 @@ class TestErrorsNameTheNode(TestCase):
             r"has a value of type tuple",
         ):
             extract_symbolic_shape_expressions(gm, "p")
+
+
+# ----------------------------------------------------------------------------
+# Numbers as outputs (https://github.com/pytorch/TensorRT/issues/4677)
+
+
+class SumAndLength(torch.nn.Module):
+    """#4677's model: a tensor and ``y.shape[0]`` (a SymInt with a dynamic
+    dimension, the literal 12 with a static one)."""
+
+    def forward(self, x):
+        y = x * 2.0
+        return y.sum(dim=0), y.shape[0]
+
+
+class Literals(torch.nn.Module):
+    def forward(self, x):
+        return x + 1, 2.5, True
+
+
+class NumbersAndNone(torch.nn.Module):
+    def forward(self, x):
+        y = x * 2
+        return None, y, y.shape[0], None, 7
+
+
+class Nested(torch.nn.Module):
+    def forward(self, x):
+        y = x * 2
+        return (y, (y.shape[0], None)), y.shape[1]
+
+
+class HalfLength(torch.nn.Module):
+    """A SymFloat output."""
+
+    def forward(self, x):
+        return x * 2, x.shape[0] / 2
+
+
+NUMBER_MODELS = [SumAndLength, Literals, NumbersAndNone, Nested, HalfLength]
+DYNAMIC_ROWS = (2, 12, 64)
+
+
+def _export(model, dynamic):
+    x = torch.randn(12, 8)
+    dims = ({0: torch.export.Dim("rows", min=2, max=64)},) if dynamic else None
+    ep = torch.export.export(model, (x,), dynamic_shapes=dims)
+    spec = (
+        torch_tensorrt.Input(min_shape=(2, 8), opt_shape=(12, 8), max_shape=(64, 8))
+        if dynamic
+        else torch_tensorrt.Input(shape=(12, 8))
+    )
+    return ep, [spec]
+
+
+def _built(model, dynamic):
+    """The recorded outputs and the network's, of the serialized engine of ``model``.
+
+    The network's are the ITensors ``TRTInterpreter.output`` marks (read from the
+    real TensorRT network, not stood in)."""
+    from torch_tensorrt.dynamo.conversion import _conversion
+    from torch_tensorrt.dynamo.conversion._TRTInterpreter import TRTInterpreter
+
+    seen = {}
+    real_output = TRTInterpreter.output
+    real_extract = _conversion.extract_symbolic_shape_expressions
+
+    def output(self, target, args, kwargs):
+        marked = real_output(self, target, args, kwargs)
+        seen["network"] = [(len(t.shape), str(t.dtype)) for t in marked]
+        return marked
+
+    def extract(module, name=""):
+        seen["recorded"] = real_extract(module, name)
+        return seen["recorded"]
+
+    ep, inputs = _export(model, dynamic)
+    with unittest.mock.patch.object(
+        TRTInterpreter, "output", output
+    ), unittest.mock.patch.object(
+        _conversion, "extract_symbolic_shape_expressions", extract
+    ):
+        engine = (
+            torch_tensorrt.dynamo.convert_exported_program_to_serialized_trt_engine(
+                ep, arg_inputs=inputs, min_block_size=1
+            )
+        )
+    return engine, seen["recorded"], seen["network"]
+
+
+_TRT_DTYPE = {
+    torch.float32: "DataType.FLOAT",
+    torch.int64: "DataType.INT64",
+    torch.bool: "DataType.BOOL",
+}
+
+
+@unittest.skipIf(not CAN_BUILD, NEEDS_BUILDER)
+class TestNumbersAsOutputs(TestCase):
+    def test_every_output_kind_builds_and_the_record_is_the_network(self):
+        for model in NUMBER_MODELS:
+            for dynamic in (False, True):
+                with self.subTest(model.__name__, dynamic=dynamic):
+                    engine, recorded, network = _built(model(), dynamic)
+                    self.assertGreater(len(engine), 0)
+                    self.assertEqual(
+                        [
+                            (len(o["shape_exprs"]), _TRT_DTYPE[o["dtype"]])
+                            for o in recorded["outputs"]
+                        ],
+                        network,
+                    )
+
+    def test_numbers_are_rank_0_and_marked_scalar(self):
+        expected = {
+            SumAndLength: [(1, None), (0, torch.int64)],
+            Literals: [(2, None), (0, torch.float32), (0, torch.bool)],
+            NumbersAndNone: [(2, None), (0, torch.int64), (0, torch.int64)],
+            Nested: [(2, None), (0, torch.int64), (0, torch.int64)],
+            HalfLength: [(2, None), (0, torch.float32)],
+        }
+        for model, outputs in expected.items():
+            with self.subTest(model.__name__):
+                _, recorded, _ = _built(model(), dynamic=True)
+                self.assertEqual(
+                    [
+                        (
+                            len(o["shape_exprs"]),
+                            o["dtype"] if o.get("is_scalar") else None,
+                        )
+                        for o in recorded["outputs"]
+                    ],
+                    outputs,
+                )
+
+    def test_the_record_of_a_literal_needs_no_node(self):
+        gm = _trace(lambda x: (x + 1, None), (4, 2))
+        gm.graph.output_node().args = ((_output_args(gm)[0], 3, 0.5, False),)
+        recorded = extract_symbolic_shape_expressions(gm, "p")["outputs"]
+        self.assertEqual(
+            [(o["shape_exprs"], o["dtype"], o.get("is_scalar")) for o in recorded],
+            [
+                ([4, 2], torch.float32, None),
+                ([], torch.int64, True),
+                ([], torch.float32, True),
+                ([], torch.bool, True),
+            ],
+        )
+
+    def test_output_dtypes_count_every_number(self):
+        from torch_tensorrt._enums import dtype
+        from torch_tensorrt.dynamo.utils import get_output_dtypes
+
+        gm = _trace(lambda x: x + 1, (4, 2))
+        (node,) = [_output_args(gm)]
+        self.assertEqual(
+            get_output_dtypes((node, 3, None, 0.5, True)),
+            [dtype.float32, dtype.int64, dtype.float32, dtype.bool],
+        )
+
+
+class TestNumbersComeBackAsNumbers(TestCase):
+    """``TorchTensorRTModule.forward`` with ``tensorrt::execute_engine`` replaced
+    by a function that returns what an engine returns: rank-0 tensors."""
+
+    def test_forward_returns_python_numbers_where_the_graph_had_numbers(self):
+        from torch_tensorrt.dynamo.runtime._TorchTensorRTModule import (
+            TorchTensorRTModule,
+        )
+
+        recorded = {
+            "inputs": [{"shape_exprs": [4], "dtype": torch.float32, "name": "x"}],
+            "outputs": [
+                {"shape_exprs": [4], "dtype": torch.float32},
+                {"shape_exprs": [], "dtype": torch.int64, "is_scalar": True},
+                {"shape_exprs": [], "dtype": torch.float32, "is_scalar": True},
+                {"shape_exprs": [], "dtype": torch.bool, "is_scalar": True},
+            ],
+        }
+        module = TorchTensorRTModule(
+            name="m",
+            input_binding_names=["x"],
+            output_binding_names=["output0", "output1", "output2", "output3"],
+            symbolic_shape_expressions=recorded,
+        )
+        module.engine = object()
+        y = torch.ones(4)
+        engine_outputs = [y, torch.tensor(12), torch.tensor(2.5), torch.tensor(True)]
+        with unittest.mock.patch.object(
+            torch.ops.tensorrt,
+            "execute_engine",
+            lambda inputs, engine: list(engine_outputs),
+            create=True,
+        ), unittest.mock.patch.object(torch.Tensor, "is_cuda", True):
+            result = module(torch.zeros(4))
+        self.assertIs(result[0], y)
+        self.assertEqual(result[1:], (12, 2.5, True))
+        self.assertEqual([type(r) for r in result[1:]], [int, float, bool])
+
+
+@unittest.skipIf(not torch.cuda.is_available(), "Running engines needs a CUDA device.")
+class TestNumbersAsOutputsOnGpu(TestCase):
+    """``compile()`` against eager at several input shapes, real engines."""
+
+    def _check(self, model, dynamic):
+        from torch_tensorrt.dynamo.runtime._TorchTensorRTModule import (
+            TorchTensorRTModule,
+        )
+
+        ep, inputs = _export(model, dynamic)
+        trt = torch_tensorrt.dynamo.compile(ep, arg_inputs=inputs, min_block_size=1)
+        for rows in DYNAMIC_ROWS if dynamic else (12,):
+            x = torch.randn(rows, 8, device="cuda")
+            got, expected = trt(x), model(x)
+            self.assertEqual(
+                torch.utils._pytree.tree_structure(got),
+                torch.utils._pytree.tree_structure(expected),
+                msg=f"rows {rows}",
+            )
+            for g, e in zip(
+                torch.utils._pytree.tree_leaves(got),
+                torch.utils._pytree.tree_leaves(expected),
+            ):
+                self.assertEqual(type(g), type(e), msg=f"rows {rows}: {g!r} / {e!r}")
+                self.assertEqual(g, e, msg=f"rows {rows}")
+        # each engine's outputs have the ranks its record says
+        engines = [m for m in trt.modules() if isinstance(m, TorchTensorRTModule)]
+        self.assertTrue(engines)
+        for engine in engines:
+            shapes = getattr(engine.engine, "output_shapes", None)
+            if shapes is None:
+                continue  # the C++ engine does not expose them
+            recorded = engine.symbolic_shape_expressions["outputs"]
+            self.assertEqual(
+                [len(s) for s in shapes[: len(recorded)]],
+                [len(o["shape_exprs"]) for o in recorded],
+            )
+
+    def test_every_output_kind_against_eager(self):
+        for model in NUMBER_MODELS:
+            for dynamic in (False, True):
+                with self.subTest(model.__name__, dynamic=dynamic):
+                    self._check(model().cuda(), dynamic)
 
 
 if __name__ == "__main__":
