@@ -202,11 +202,7 @@ def expose_write_backs(
             gm.graph.erase_node(node)
             continue
         if not isinstance(target, torch.fx.Node) or target.op != "placeholder":
-            raise RuntimeError(
-                f"The graph writes a new value into '{target}' ({node.format_node()}), "
-                "which is not an input of the engine: a serialized engine cannot "
-                "express that mutation."
-            )
+            raise RuntimeError(_unexpressible_write(node, name_of_input))
         result.append(output_for(name_of_input[target], value))
         node.replace_all_uses_with(target)
         gm.graph.erase_node(node)
@@ -220,6 +216,48 @@ def expose_write_backs(
     )
     logger.info(f"Engine outputs carrying input mutations: {carried}")
     return result
+
+
+def _unexpressible_write(
+    write_back: torch.fx.Node, name_of_input: Mapping[torch.fx.Node, str]
+) -> str:
+    """Why a standalone engine cannot carry ``write_back``, in the user's terms."""
+    target = write_back.args[0]
+    root, through = target, []
+    while (
+        isinstance(root, torch.fx.Node)
+        and root.op == "call_function"
+        and root.args
+        and isinstance(root.args[0], torch.fx.Node)
+    ):
+        through.append(root)
+        root = root.args[0]
+    if isinstance(root, torch.fx.Node) and root in name_of_input:
+        name = name_of_input[root]
+        if any(
+            n.target in (torch.ops.aten.view_as_complex.default, torch.view_as_complex)
+            for n in through
+        ):
+            # the complex lowering renames the input it unpacks
+            name = name.removesuffix("_unpacked_complex")
+            return (
+                f"The model writes its complex input '{name}' in place. TensorRT has no "
+                "complex tensors, so the engine takes that input as pairs of real "
+                "numbers and a standalone engine cannot write it back: keep the state "
+                f"real in the model (torch.view_as_real({name}), a trailing dimension "
+                "of 2) and write that."
+            )
+        return (
+            f"The model writes part of its input '{name}' in place through "
+            f"{', '.join(str(n.target) for n in reversed(through))}, which a "
+            "standalone engine cannot express: write the whole input (e.g. "
+            f"{name}.copy_(new_value)) or a slice of it."
+        )
+    return (
+        f"The graph writes a new value into '{target}' ({write_back.format_node()}), "
+        "which is not an input of the engine: a serialized engine cannot "
+        "express that mutation."
+    )
 
 
 def network_in_place_updates(

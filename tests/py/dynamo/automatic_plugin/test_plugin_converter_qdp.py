@@ -23,10 +23,9 @@ import os
 import subprocess
 import sys
 import unittest
-from typing import Tuple
+from typing import Any, Tuple
 
 import numpy as np
-import numpy.typing as npt
 import torch
 import torch_tensorrt
 from torch.testing._internal.common_utils import TestCase, run_tests
@@ -230,7 +229,9 @@ if HAVE_QDP:
 
     @trtp.register("qdp_conv::update")
     def _update_desc(
-        x: trtp.TensorDesc, state: trtp.TensorDesc, alpha: npt.NDArray[np.float32]
+        x: trtp.TensorDesc,
+        state: trtp.TensorDesc,
+        alpha: np.ndarray[Any, np.dtype[np.float32]],
     ) -> Tuple[trtp.TensorDesc, trtp.TensorDesc]:
         return _reduced(state), state.aliased()
 
@@ -289,7 +290,9 @@ if HAVE_QDP:
         )
 
         def desc(
-            x: trtp.TensorDesc, state: trtp.TensorDesc, alpha: npt.NDArray[np.float32]
+            x: trtp.TensorDesc,
+            state: trtp.TensorDesc,
+            alpha: np.ndarray[Any, np.dtype[np.float32]],
         ) -> Tuple[(trtp.TensorDesc,) * n]:
             return outputs(x, state)
 
@@ -319,7 +322,7 @@ if HAVE_QDP:
         b: trtp.TensorDesc,
         a: trtp.TensorDesc,
         bias: trtp.TensorDesc,
-        n: npt.NDArray[np.int64],
+        n: np.ndarray[Any, np.dtype[np.int64]],
     ) -> Tuple[trtp.TensorDesc, trtp.TensorDesc, trtp.TensorDesc, trtp.TensorDesc]:
         return a.like(), a.like(), a.aliased(), b.aliased()
 
@@ -334,7 +337,7 @@ if HAVE_QDP:
 
     @trtp.register("qdp_bad::attr_missing")
     def _attr_missing_desc(
-        x: trtp.TensorDesc, alpha: npt.NDArray[np.float32]
+        x: trtp.TensorDesc, alpha: np.ndarray[Any, np.dtype[np.float32]]
     ) -> Tuple[trtp.TensorDesc]:
         return (x.like(),)
 
@@ -379,7 +382,9 @@ if HAVE_QDP:
 
     @trtp.register("qdp_conv::two_attrs")
     def _two_attrs_desc(
-        x: trtp.TensorDesc, a: npt.NDArray[np.float32], b: npt.NDArray[np.float32]
+        x: trtp.TensorDesc,
+        a: np.ndarray[Any, np.dtype[np.float32]],
+        b: np.ndarray[Any, np.dtype[np.float32]],
     ) -> Tuple[trtp.TensorDesc]:
         return (x.like(),)
 
@@ -390,7 +395,7 @@ if HAVE_QDP:
     @trtp.aot_impl("qdp_conv::two_attrs")
     def _two_attrs_aot_impl(
         x: trtp.TensorDesc,
-        b: npt.NDArray[np.float32],
+        b: np.ndarray[Any, np.dtype[np.float32]],
         outputs: Tuple[trtp.TensorDesc],
         tactic: int,
     ) -> Tuple[str, str, trtp.KernelLaunchParams, trtp.SymExprs]:
@@ -755,7 +760,8 @@ class TestScalarAttributesAndNumPy(TestCase):
                 r"qdp_conv.scale.default: TensorRT plugin qdp_conv::scale has scalar "
                 r"attributes \['factor'\]; tensorrt.plugin of TensorRT 11.1.0.106 "
                 r"cannot create a plugin with int, float or bool attributes under "
-                r"NumPy 2\.4.*\(fixed in TensorRT 11.4\)",
+                r"NumPy 2\.4.*\(fixed in TensorRT 11.4\).*one-element array, "
+                r"numpy\.ndarray\[typing\.Any, numpy\.dtype\[numpy\.float32\]\]",
             ):
                 _convert(torch.ops.qdp_conv.scale.default, x, {"factor": 2.0})
             # the defect itself, in the real creator: what the guard prevents

@@ -729,5 +729,49 @@ class TestAliasedPluginIoBuilderFlag(TestCase):
         self.assertFalse(self._preview_flag(Plain(), (x,)))
 
 
+class TestWithoutQdp(TestCase):
+    """What ``generate_plugin_converter`` says where ``tensorrt.plugin`` is missing."""
+
+    def _refusal(self, **features):
+        from torch_tensorrt import _features
+
+        flavour = _features.ENABLED_FEATURES._replace(qdp_plugin=False, **features)
+        with unittest.mock.patch.object(_features, "ENABLED_FEATURES", flavour):
+            with self.assertRaises(NotImplementedError) as refused:
+                _features.needs_qdp_plugin(generate_plugin_converter_stand_in)("x::y")
+        return str(refused.exception)
+
+    def test_the_rtx_flavour_says_it_has_no_plugins(self):
+        message = self._refusal(tensorrt_rtx=True)
+        self.assertIn(
+            "generate_plugin_converter needs TensorRT's Python plugins", message
+        )
+        self.assertIn("TensorRT-RTX does not have", message)
+        self.assertIn("install the standard flavour", message)
+        self.assertNotIn("10.7.0 or higher", message)
+
+    def test_the_standard_flavour_names_the_version(self):
+        message = self._refusal(tensorrt_rtx=False)
+        self.assertIn("generate_plugin_converter needs TensorRT QDP", message)
+        self.assertIn("TensorRT 10.7.0 or higher", message)
+
+    @unittest.skipIf(
+        ENABLED_FEATURES.qdp_plugin, "This install has tensorrt.plugin (QDP)."
+    )
+    def test_the_real_function_on_this_install(self):
+        with self.assertRaisesRegex(NotImplementedError, "generate_plugin_converter"):
+            torch_tensorrt.dynamo.conversion.plugins.generate_plugin_converter(
+                "trt_layout::never_registered"
+            )
+
+
+def generate_plugin_converter_stand_in(op):
+    """A function named as the one ``needs_qdp_plugin`` wraps (its name is in the message)."""
+    return op
+
+
+generate_plugin_converter_stand_in.__name__ = "generate_plugin_converter"
+
+
 if __name__ == "__main__":
     run_tests()

@@ -1044,5 +1044,71 @@ class TestMutationsOnGpu(TestCase):
                     self.assertEqual(compiled_args, eager_args, msg=f"{step}")
 
 
+class ComplexState(torch.nn.Module):
+    def forward(self, z):
+        z.mul_(2)
+        return z.abs()
+
+
+@unittest.skipIf(not CPU_BUILDER, NEEDS_CPU_BUILDER)
+class TestErrorsNameWhatTheUserWrote(TestCase):
+    """One or two sentences naming the op or input and what to do; no graph dump,
+    no traceback logged before the one raised."""
+
+    def _serialized(self, module, args):
+        ep = torch.export.export(copy.deepcopy(module), _clone(args))
+        return torch_tensorrt.dynamo.convert_exported_program_to_serialized_trt_engine(
+            ep, arg_inputs=list(_clone(args)), min_block_size=1
+        )
+
+    def _no_error_logged(self):
+        return self.assertNoLogs("torch_tensorrt", "ERROR")
+
+    def test_a_standalone_engine_names_the_op_without_a_converter(self):
+        from torch_tensorrt.dynamo.conversion._TRTInterpreter import (
+            UnsupportedOperatorException,
+        )
+
+        with self._no_error_logged(), self.assertRaises(
+            UnsupportedOperatorException
+        ) as refused:
+            self._serialized(NoConverter(), _inputs(1))
+        message = str(refused.exception)
+        self.assertIn(
+            "this op has no converter: trt_mut.no_converter_ (writes 'x' in place)",
+            message,
+        )
+        self.assertIn(
+            "dynamo_tensorrt_converter(torch.ops.trt_mut.no_converter_.default)",
+            message,
+        )
+        self.assertNotIn("GraphModule", message)
+        self.assertNotIn("auto_functionalized", message)
+        self.assertIsNone(refused.exception.__cause__)
+        self.assertTrue(refused.exception.__suppress_context__)
+
+    def test_full_compilation_names_the_op_without_a_converter(self):
+        from test_compile_with_stand_in_engines import compile_on_cpu
+
+        with self.assertRaisesRegex(
+            AssertionError,
+            r"^compile\(require_full_compilation=True\) converts every op to "
+            r"TensorRT, and this op has no converter: trt_mut\.no_converter_ "
+            r"\(writes 'x' in place\)\. Register one",
+        ):
+            compile_on_cpu(
+                self, NoConverter(), _inputs(1), require_full_compilation=True
+            )
+
+    def test_a_complex_state_written_in_a_standalone_engine(self):
+        z = torch.randn(4, 8, dtype=torch.complex64)
+        with self.assertRaisesRegex(
+            RuntimeError,
+            r"The model writes its complex input 'z' in place\. TensorRT has no "
+            r"complex tensors.*torch\.view_as_real\(z\)",
+        ):
+            self._serialized(ComplexState(), (z,))
+
+
 if __name__ == "__main__":
     run_tests()

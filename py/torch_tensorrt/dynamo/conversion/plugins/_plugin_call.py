@@ -104,8 +104,10 @@ def scalar_attributes_unsupported() -> Optional[str]:
         f"tensorrt.plugin of TensorRT {trt.__version__} cannot create a plugin with "
         f"int, float or bool attributes under NumPy {np.__version__} (fixed in "
         "TensorRT 11.4). Install numpy<2.4, or declare each such attribute as a "
-        "one-element array (numpy.typing.NDArray[numpy.float32] etc.; "
-        "Torch-TensorRT passes the value so)"
+        "one-element array, numpy.ndarray[typing.Any, numpy.dtype[numpy.float32]] "
+        "(or int64, bool ...; Torch-TensorRT passes the value so), a form QDP "
+        "accepts with every NumPy (it refuses numpy.typing.NDArray[...] from "
+        "NumPy 2.5 on)"
     )
 
 

@@ -238,7 +238,8 @@ class PluginLayout:
         ``PluginDef.input_attrs``). Every non-tensor argument must be an
         attribute (a value the plugin does not take would be dropped) and every
         attribute an argument, of a type that can carry it: the same Python
-        type, or a one-element NumPy array (``numpy.typing.NDArray[...]``).
+        type, or a one-element NumPy array
+        (``numpy.ndarray[typing.Any, numpy.dtype[...]]``).
         Returns the schema argument feeding each plugin input
         (:meth:`match_plugin_inputs`).
         """
@@ -269,7 +270,8 @@ class PluginLayout:
                     f"TensorRT plugin {plugin_id}: attribute '{name}' is declared "
                     f"{getattr(annotation, '__name__', annotation)}, but argument "
                     f"'{name}' of {self.op} is {schema_types[name]}; declare it "
-                    f"{expected.__name__} (or a one-element numpy.typing.NDArray)"
+                    f"{expected.__name__} (or a one-element array, "
+                    "numpy.ndarray[typing.Any, numpy.dtype[...]])"
                 )
         expected_outputs = self.outputs(return_lengths)
         if num_outputs != len(expected_outputs):
