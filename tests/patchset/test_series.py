@@ -29,6 +29,23 @@ def _write_series(tmp_path, name, text):
     return series.read_series(str(d))
 
 
+def test_every_file_a_header_cites_exists():
+    """A header's "Tests:" (or any other mention of a file of this repository)
+    names a file that is there: the headers become the exported commit messages."""
+    import os
+    import re
+
+    missing = []
+    for patch in series.read_series():
+        header = patch.read().split("\ndiff --git", 1)[0]
+        for path in re.findall(
+            r"\b((?:tests|tools|examples|docsrc)/[\w/.\-]+\.\w+)", header
+        ):
+            if not os.path.exists(os.path.join(series.REPO_ROOT, path.rstrip("."))):
+                missing.append(f"{patch.name}: {path}")
+    assert not missing, missing
+
+
 def test_header_checks_detect_missing_fields_and_bad_paths(tmp_path):
     (patch,) = _write_series(
         tmp_path,

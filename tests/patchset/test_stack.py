@@ -404,6 +404,28 @@ def test_pr_descriptions_per_piece(stacked, tmp_path):
     assert "- `examples/dynamo/inplace_state_plugin.py`" in second
 
 
+def test_a_summary_that_announces_a_reproduction_brings_it():
+    import types
+
+    piece = types.SimpleNamespace(
+        title="T", decisions=[], exported_files=[], tests=[], depends_on=[], patches=[]
+    )
+    message = (
+        "fix: a bug\n\nIt fails. Minimal reproduction on a GPU:\n\n"
+        "  class M(torch.nn.Module):\n      def forward(self, x):\n"
+        "          return x, None\n\nThe fix."
+    )
+    text = export.pr_description(piece, "b/01-t", "main", (1, 1), [message])
+    assert (
+        "- **fix: a bug** It fails. Minimal reproduction on a GPU:\n\n"
+        "  ```python\n  class M(torch.nn.Module):\n      def forward(self, x):\n"
+        "          return x, None\n  ```\n"
+    ) in text
+    # a summary that announces nothing keeps to its paragraph
+    plain = export.pr_description(piece, "b", "main", (1, 1), ["s\n\nOne.\n\n  x"])
+    assert "```" not in plain
+
+
 def test_export_stack_onto_the_released_2_14_0_sources(stacked, tmp_path):
     _, root = stacked
     base = tmp_path / "v2.14.0"

@@ -1,5 +1,6 @@
 """materialize -> edit -> refresh gives back a series that builds the edited tree."""
 
+import os
 import subprocess
 
 import pytest
@@ -39,6 +40,25 @@ def test_refresh_of_an_unchanged_tree_reproduces_the_repository(materialized, tm
     assert (out / "patches" / "series").read_text().split() == [
         p.name for p in series.read_series()
     ]
+
+
+def test_refresh_in_place_keeps_the_stack(materialized, tmp_path):
+    """A no-op refresh into a repository leaves its patches/ as it was, the stack
+    included (a refresh once replaced patches/ whole and deleted it)."""
+    dest, _ = materialized
+    out = tmp_path / "repo"
+    (out / "patches").mkdir(parents=True)
+    for patch in series.read_series():
+        (out / "patches" / patch.name).write_text(patch.read())
+    with open(os.path.join(series.PATCH_DIR, "stack")) as f:
+        stack = f.read()
+    (out / "patches" / "stack").write_text(stack)
+    (out / "patches" / "series").write_text("stale\n")
+    tree.refresh(str(dest), str(out))
+    assert (out / "patches" / "stack").read_text() == stack
+    assert sorted(p.name for p in (out / "patches").iterdir()) == sorted(
+        [p.name for p in series.read_series()] + ["series", "stack"]
+    )
 
 
 def test_new_patch_commit_and_new_module_round_trip(materialized, tmp_path):

@@ -23,6 +23,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -772,6 +773,17 @@ def export(
     )
 
 
+def _progress(line: str) -> None:
+    """One line on stderr while a long export runs (stdout holds its summary)."""
+    print(f"export: {line}", file=sys.stderr, flush=True)
+
+
+def _dedented(paragraph: str) -> List[str]:
+    rows = paragraph.split("\n")
+    indent = min((len(r) - len(r.lstrip()) for r in rows if r.strip()), default=0)
+    return [r[indent:] for r in rows]
+
+
 def pr_description(
     piece: Any, branch: str, base: str, position: Tuple[int, int], messages: List[str]
 ) -> str:
@@ -788,8 +800,14 @@ def pr_description(
     ]
     for message in messages:
         subject, _, body = message.partition("\n")
-        first = body.strip().split("\n\n")[0].replace("\n", " ") if body.strip() else ""
+        paragraphs = body.strip().split("\n\n") if body.strip() else [""]
+        first = paragraphs[0].replace("\n", " ")
         lines.append(f"- **{subject}**" + (f" {first}" if first else ""))
+        if first.endswith(":") and len(paragraphs) > 1:
+            # what the paragraph announces (a reproduction, a list) comes with it
+            lines += ["", "  ```python"]
+            lines += [f"  {line}".rstrip() for line in _dedented(paragraphs[1])]
+            lines += ["  ```", ""]
     lines += ["", "## What a reviewer must decide", ""]
     lines += [f"- {d}" for d in piece.decisions] or ["- (nothing beyond the code)"]
     new = [f for f in piece.exported_files if f not in piece.tests]
@@ -869,6 +887,7 @@ def export_stack(
         _git(work, ["checkout", "-q", "--detach", head])
         descriptions = []
         for k, (piece, branch) in enumerate(zip(pieces, branches), 1):
+            _progress(f"piece {k} of {len(pieces)}, {piece.id}: applying")
             _git(work, ["checkout", "-q", "-b", branch])
             plan = [(os.path.join(root, f), f) for f in piece.exported_files]
             clashes = [
@@ -894,6 +913,9 @@ def export_stack(
             _register_new_files(work, identity, [d for _, d in plan], who)
             if test_python:
                 tests = [t for t in piece.tests if t in piece.exported_files]
+                _progress(
+                    f"piece {k} of {len(pieces)}, {piece.id}: {len(tests)} test file(s)"
+                )
                 failure = _test_piece(work, test_python, tests)
                 if failure:
                     stopped = (

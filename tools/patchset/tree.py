@@ -233,8 +233,14 @@ def refresh(tree: str, out_root: str = REPO_ROOT) -> Tuple[int, int]:
                 raise PatchsetError(
                     f"{rel} is neither a new module under py/torch_tensorrt/ nor a test under tests/py/"
                 )
+        # Files of patches/ that no commit makes (the stack) stay as they are
+        kept = os.path.join(out_root, "patches")
+        for name in os.listdir(kept) if os.path.isdir(kept) else ():
+            if name != "series" and not name.endswith(".patch"):
+                if not os.path.exists(os.path.join(staged, name)):
+                    shutil.copy2(os.path.join(kept, name), os.path.join(staged, name))
         # Everything is computed: now replace the repository's copies.
-        _replace_dir(staged, os.path.join(out_root, "patches"))
+        _replace_dir(staged, kept)
         _sync_files(
             tree,
             [f for f in overlay if f.startswith("py/")],
