@@ -572,3 +572,41 @@ def test_verify_imports_names_the_commit_that_does_not_import(tmp_path):
         "py/torch_tensorrt/dynamo/__init__.py",
         "py/torch_tensorrt/dynamo/helper_module_b.py",
     ]
+
+
+def test_a_python_that_cannot_import_the_base_is_the_environment_s_fault(tmp_path):
+    """--verify-imports with a Python lacking the package's dependencies is
+    refused before any patch, saying so (it used to blame the first patch)."""
+    repo = tmp_path / "mini"
+    (repo / "py" / "torch_tensorrt" / "dynamo").mkdir(parents=True)
+    (repo / "py" / "torch_tensorrt" / "__init__.py").write_text(
+        "import a_dependency_this_python_lacks\n"
+    )
+    (repo / "py" / "torch_tensorrt" / "dynamo" / "__init__.py").write_text("")
+    (repo / "tests" / "py").mkdir(parents=True)
+    (repo / "tests" / "py" / "README").write_text("x\n")
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "add", "-A")
+    git(repo, "-c", "user.name=u", "-c", "user.email=u@e", "commit", "-qm", "base")
+    out = tmp_path / "patches"
+    out.mkdir()
+    (out / "series").write_text("")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    import sys
+
+    with pytest.raises(
+        PatchsetError,
+        match=r"cannot import the sources the patches go onto, before any patch "
+        r"\(ModuleNotFoundError: No module named 'a_dependency_this_python_lacks'\): "
+        r"this is the environment, not a patch",
+    ):
+        export.export(
+            str(repo),
+            "pr",
+            str(out),
+            str(empty),
+            str(empty),
+            verify_python=sys.executable,
+        )
+    assert "pr" not in git(repo, "branch")

@@ -447,6 +447,30 @@ def _check_imports(work: str, python: str) -> None:
         )
 
 
+def _check_environment(work: str, python: str) -> None:
+    """Refuse, as the environment's fault, a ``python`` that cannot import the
+    unpatched package of ``work`` (so that no patch is blamed for it later)."""
+    if not os.path.isfile(os.path.join(work, "py", "torch_tensorrt", "__init__.py")):
+        return  # nothing importable to try: checked commit by commit
+    env = dict(_git_env(), PYTHONPATH=os.path.join(work, "py"))
+    result = subprocess.run(
+        [python, "-c", "import torch_tensorrt"],
+        cwd=work,
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    if result.returncode != 0:
+        last = (result.stderr.strip().splitlines() or ["no output"])[-1]
+        raise PatchsetError(
+            f"{python} cannot import the sources the patches go onto, before any "
+            f"patch ({last}): this is the environment, not a patch. Give "
+            "--verify-imports/--test-pieces a Python with torch_tensorrt's "
+            "dependencies (torch, TensorRT-RTX), e.g. the one the patched RTX wheel "
+            "is installed in (CONTRIBUTING, step 6)."
+        )
+
+
 def _check_commit(work: str, verify_python: Optional[str]) -> None:
     _check_byte_compiles(work)
     if verify_python:
@@ -742,6 +766,8 @@ def export(
     try:
         _git(scratch, ["clone", "-q", "--shared", "--no-checkout", top, work])
         _git(work, ["checkout", "-q", "-b", branch, head])
+        if verify_python:
+            _check_environment(work, verify_python)
         plan, clashes = _overlay_plan(work, overlay_root, tests_root)
         commits, conflicts, rest = _apply_series(
             work, identity, patches, who, plan, verify_python
@@ -885,6 +911,8 @@ def export_stack(
     try:
         _git(scratch, ["clone", "-q", "--shared", "--no-checkout", top, work])
         _git(work, ["checkout", "-q", "--detach", head])
+        if verify_python:
+            _check_environment(work, verify_python)
         descriptions = []
         for k, (piece, branch) in enumerate(zip(pieces, branches), 1):
             _progress(f"piece {k} of {len(pieces)}, {piece.id}: applying")
