@@ -181,7 +181,7 @@ def main(argv: List[str]) -> int:
     p.add_argument(
         "--author",
         help="'Name <email>' of the commits (default: your git identity); 'header' "
-        "keeps the patch headers' Author",
+        "keeps a patch header's Author where it has one",
     )
     p.add_argument(
         "--pr-descriptions",

@@ -22,7 +22,9 @@ SERIES_FILE = os.path.join(PATCH_DIR, "series")
 PACKAGE_PREFIX = "py/torch_tensorrt/"
 
 _NAME_RE = re.compile(r"^\d{4}-[a-z0-9][a-z0-9-]*\.patch$")
-REQUIRED_HEADER_FIELDS = ("Description", "Author", "Origin", "Forwarded", "Last-Update")
+# No "Author": the exported commits are authored by the maintainer who exports
+# them (export --author, by default their git identity)
+REQUIRED_HEADER_FIELDS = ("Description", "Origin", "Forwarded", "Last-Update")
 
 
 @dataclass(frozen=True)
