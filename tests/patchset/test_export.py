@@ -526,19 +526,25 @@ def test_a_manifest_without_the_suite_is_a_conflict_not_a_silent_skip(
     assert "pr" not in git(upstream, "branch")
 
 
-def test_verify_imports_names_the_commit_that_does_not_import(tmp_path):
-    """A commit whose module imports a new module only a later commit adds."""
-    import sys
-
+def mini_checkout(tmp_path, package_init=""):
+    """The smallest pytorch/TensorRT-shaped repository, one commit on main."""
     repo = tmp_path / "mini"
     (repo / "py" / "torch_tensorrt" / "dynamo").mkdir(parents=True)
-    (repo / "py" / "torch_tensorrt" / "__init__.py").write_text("")
+    (repo / "py" / "torch_tensorrt" / "__init__.py").write_text(package_init)
     (repo / "py" / "torch_tensorrt" / "dynamo" / "__init__.py").write_text("")
     (repo / "tests" / "py").mkdir(parents=True)
     (repo / "tests" / "py" / "README").write_text("x\n")
     git(repo, "init", "-q", "-b", "main")
     git(repo, "add", "-A")
     git(repo, "-c", "user.name=u", "-c", "user.email=u@e", "commit", "-qm", "base")
+    return repo
+
+
+def test_verify_imports_names_the_commit_that_does_not_import(tmp_path):
+    """A commit whose module imports a new module only a later commit adds."""
+    import sys
+
+    repo = mini_checkout(tmp_path)
     scratch = tmp_path / "scratch"
     git(tmp_path, "clone", "-q", str(repo), str(scratch))
     target = scratch / "py" / "torch_tensorrt" / "dynamo" / "__init__.py"
@@ -577,17 +583,7 @@ def test_verify_imports_names_the_commit_that_does_not_import(tmp_path):
 def test_a_python_that_cannot_import_the_base_is_the_environment_s_fault(tmp_path):
     """--verify-imports with a Python lacking the package's dependencies is
     refused before any patch, saying so (it used to blame the first patch)."""
-    repo = tmp_path / "mini"
-    (repo / "py" / "torch_tensorrt" / "dynamo").mkdir(parents=True)
-    (repo / "py" / "torch_tensorrt" / "__init__.py").write_text(
-        "import a_dependency_this_python_lacks\n"
-    )
-    (repo / "py" / "torch_tensorrt" / "dynamo" / "__init__.py").write_text("")
-    (repo / "tests" / "py").mkdir(parents=True)
-    (repo / "tests" / "py" / "README").write_text("x\n")
-    git(repo, "init", "-q", "-b", "main")
-    git(repo, "add", "-A")
-    git(repo, "-c", "user.name=u", "-c", "user.email=u@e", "commit", "-qm", "base")
+    repo = mini_checkout(tmp_path, "import a_dependency_this_python_lacks\n")
     out = tmp_path / "patches"
     out.mkdir()
     (out / "series").write_text("")

@@ -61,7 +61,8 @@ def tensors_overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
     if a_end <= b_start or b_end <= a_start:
         return False
     if a.is_contiguous() or b.is_contiguous():
-        # one of them fills its whole span, which meets the other's
+        # one fills its span, which meets the other's: taken to overlap (a strided
+        # view whose elements all fall outside the span is refused too)
         return True
     itemsize = a.element_size()
     if (
@@ -249,11 +250,3 @@ def register_in_place_arguments_check(module: torch.nn.Module) -> None:
             f"Calls are checked for arguments overlapping the written inputs "
             f"{[check.names[i] for i in check.written]} and buffers {check.buffers}"
         )
-
-
-def engine_in_place_positions(
-    input_binding_names: Sequence[str], aliased_io: Dict[str, Tuple[str, str]]
-) -> Tuple[int, ...]:
-    """Positions of the engine inputs an aliased output is written into."""
-    aliased = {in_name for in_name, _ in aliased_io.values()}
-    return tuple(i for i, n in enumerate(input_binding_names) if n in aliased)

@@ -31,12 +31,14 @@ from typing import Any, Dict, Optional, Sequence, Tuple
 
 import torch
 from torch_tensorrt.dynamo.conversion._ConversionContext import AliasKind
+from torch_tensorrt.dynamo.runtime._serialized_engine_layout import (
+    SERIALIZED_ALIASED_IO_FIELD_DELIM as _FIELD_DELIM,
+)
+from torch_tensorrt.dynamo.runtime._serialized_engine_layout import (
+    SERIALIZED_ALIASED_IO_RECORD_DELIM as _RECORD_DELIM,
+)
 
 ALIAS_KINDS = tuple(kind.value for kind in AliasKind)
-
-# Mirrors the runtime's wire format (serialize_aliased_io)
-_RECORD_DELIM = "%"
-_FIELD_DELIM = "@"
 
 
 class AliasedIOError(RuntimeError):
