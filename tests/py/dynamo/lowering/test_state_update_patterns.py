@@ -25,13 +25,8 @@ from typing import Callable, Dict, Optional, Tuple
 import torch
 import torch_tensorrt
 from test_compile_with_stand_in_engines import compile_on_cpu
-from test_lower_auto_functionalized import (
-    CPU_BUILDER,
-    NEEDS_CPU_BUILDER,
-    AddToSlab,
-    TwoSlabs,
-    _clone,
-)
+from test_lower_auto_functionalized import CPU_BUILDER, NEEDS_CPU_BUILDER, _clone
+from test_standalone_engine_mutations import AddToSlab, TwoSlabs
 from torch.testing._internal.common_utils import TestCase, run_tests
 
 IN_PLACE = "in place, `binding: engine`"
