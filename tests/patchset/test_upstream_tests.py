@@ -11,7 +11,9 @@ import subprocess
 import sys
 
 import pytest
-from patchset import PatchsetError, gpu_skip_plugin, upstream_tests
+from patchset import PatchsetError
+from upstream_suite import gpu_skip_plugin
+from upstream_suite import run as upstream_tests
 
 FAKE_TESTS = {
     "test_pass.py": "def test_ok():\n    assert 1 + 1 == 2\n",
@@ -305,7 +307,7 @@ def test_command_line_prints_the_summary_or_one_error_line(tmp_path, no_gpu):
         tmp_path / "TensorRT", {"test_pass.py": FAKE_TESTS["test_pass.py"]}
     )
     env = {**os.environ, "PYTHONPATH": upstream_tests.TOOLS_DIR}
-    command = [sys.executable, "-m", "patchset", "upstream-tests", str(checkout)]
+    command = [sys.executable, "-m", "upstream_suite", str(checkout)]
     ok = subprocess.run(command, env=env, capture_output=True, text=True)
     assert ok.returncode == 0, ok.stderr
     assert ok.stdout.splitlines()[-1].startswith(
@@ -327,7 +329,7 @@ def test_known_failures_are_deselected_with_their_reason(tmp_path, no_gpu):
     )
     report = tmp_path / "report.json"
     env = {**os.environ, "PYTHONPATH": upstream_tests.TOOLS_DIR}
-    command = [sys.executable, "-m", "patchset", "upstream-tests", str(checkout)]
+    command = [sys.executable, "-m", "upstream_suite", str(checkout)]
     failing = subprocess.run(command, env=env, capture_output=True, text=True)
     assert failing.returncode == 1
     known = "tests/py/dynamo/test_fail.py::test_wrong=fails unpatched too"

@@ -1,6 +1,6 @@
 """pytest plugin: a test that fails only for lack of a GPU is reported as skipped.
 
-Loaded by ``upstream_tests`` with ``-p patchset.gpu_skip_plugin``. When a test
+Loaded by ``upstream_tests`` with ``-p upstream_suite.gpu_skip_plugin``. When a test
 (or its setup/teardown, or the collection of its module) fails and the
 exception says that this host has no GPU, no CUDA driver or no
 ``tensorrt.plugin``, and the host really has no usable CUDA device, the report

@@ -13,7 +13,7 @@ installed patched wheel), never from the checkout's ``py/``: checkout paths
 are dropped from ``PYTHONPATH``, where the package would be imported from is
 checked before the run, and where it was imported from is checked after it.
 
-The plugin ``patchset.gpu_skip_plugin`` counts a test that fails only for lack
+The plugin ``upstream_suite.gpu_skip_plugin`` counts a test that fails only for lack
 of a GPU as skipped ("needs GPU: ..."); every other failure stays a failure.
 """
 
@@ -26,11 +26,11 @@ import sys
 import tempfile
 from typing import Any, Deque, Dict, List, Optional, Sequence, Tuple
 
-from . import REPO_ROOT, PatchsetError
+from patchset import REPO_ROOT, PatchsetError
 
 TOOLS_DIR = os.path.join(REPO_ROOT, "tools")
 DEFAULT_PATHS = ["tests/py/dynamo"]
-PLUGIN = "patchset.gpu_skip_plugin"
+PLUGIN = "upstream_suite.gpu_skip_plugin"
 COUNT_KEYS = (
     "ran",
     "passed",
