@@ -1,47 +1,38 @@
-"""export: the series becomes a PR branch on an upstream checkout, or nothing changes at all.
+"""export: the series becomes PR branches on an upstream checkout.
 
-A fake upstream checkout (the real 2.14.0 sources in upstream layout, plus
-``tests/py``) stands in for pytorch/TensorRT; the patches are made in the
-test against it, so the tests do not depend on what ``patches/`` holds.
+A fake upstream checkout (the real 2.14.0 sources in upstream layout, with the
+shape of upstream's CI manifest and plugin docs index) stands in for
+pytorch/TensorRT; the patch mails and new files are made in the test against
+it, so the tests do not depend on what ``patches/`` holds.
 """
 
 import os
 import shutil
 import subprocess
+import sys
 
 import pytest
 from patchset import PatchsetError, export, series, tree
 
-AUTHOR = "Ada Lovelace <ada@example.org>"
+CALLER = "Test Caller <caller@example.org>"  # conftest: whoever exports
+FIELDS = (
+    "Origin: other\nBug: https://github.com/pytorch/TensorRT/issues/4240\n"
+    "Forwarded: no\nLast-Update: 2026-12-02\n"
+)
 
 
-def header(description: str, author: str = AUTHOR) -> str:
+def mail(subject: str, diff: str, adds=(), description=None) -> str:
+    """A patch as refresh stores it: git format-patch's mail without an identity
+    or a date, the DEP-3 fields in the body."""
+    if description is None:
+        description = (
+            "Longer explanation of the change,\nover two lines.\n\nSecond paragraph."
+        )
+    fields = FIELDS + ("Adds: " + "\n ".join(adds) + "\n" if adds else "")
     return (
-        f"Description: {description}\n"
-        " Longer explanation of the change,\n"
-        " over two lines.\n"
-        " .\n"
-        " Second paragraph.\n"
-        f"Author: {author}\n"
-        "Origin: other\n"
-        "Bug: https://github.com/pytorch/TensorRT/issues/4240\n"
-        "Forwarded: no\n"
-        "Last-Update: 2026-12-02\n"
+        "From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001\n"
+        f"Subject: [PATCH] {subject}\n\n{description}\n\n{fields}\n{diff}"
     )
-
-
-# name -> (description, [(file, line index to mark)])
-PATCHES = {
-    "0001-enums-two-hunks.patch": (
-        "fix(enums): two distant changes",
-        [("_enums.py", 2), ("_enums.py", 1400)],
-    ),
-    "0002-compile.patch": ("fix(compile): one change", [("_compile.py", 100)]),
-    "0003-settings.patch": (
-        "feat(settings): one change",
-        [("dynamo/_settings.py", 50)],
-    ),
-}
 
 
 # The shape of upstream's tests/ci/suites.py around the suite that lists files.
@@ -119,45 +110,99 @@ def upstream(base_src, tmp_path):
     return repo
 
 
+@pytest.fixture(scope="module")
+def base_src(tmp_path_factory):
+    dest = tmp_path_factory.mktemp("base")
+    tree.base_sources(str(dest), "standard")
+    return dest
+
+
 @pytest.fixture
-def patch_dir(upstream, tmp_path):
-    """A series of PATCHES made against ``upstream``, each on top of the previous one."""
+def upstream(base_src, tmp_path):
+    """A clean fake pytorch/TensorRT checkout on branch main, with its own identity."""
+    repo = tmp_path / "upstream"
+    shutil.copytree(base_src / "py", repo / "py")
+    (repo / "tests" / "py").mkdir(parents=True)
+    (repo / "tests" / "py" / "x.txt").write_text("upstream test data\n")
+    (repo / "tests" / "ci").mkdir()
+    (repo / "tests" / "ci" / "suites.py").write_text(SUITES)
+    docs = repo / "docsrc" / "tutorials" / "extensibility" / "plugins"
+    docs.mkdir(parents=True)
+    (docs / "index.rst").write_text(DOCS_INDEX)
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "config", "user.name", "Upstream Dev")
+    git(repo, "config", "user.email", "dev@example.org")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "upstream")
+    return repo
+
+
+MODULE = "py/torch_tensorrt/dynamo/_inplace_plugins.py"
+TEST = "tests/py/dynamo/test_inplace_plugins.py"
+PLUGIN_TEST = "tests/py/dynamo/automatic_plugin/test_first.py"
+PAGE = "docsrc/tutorials/extensibility/plugins/inplace.rst"
+EXAMPLE = "examples/dynamo/inplace_example.py"
+NEW_FILES = {
+    MODULE: "X = 1\n",
+    TEST: "def test_x():\n    pass\n",
+    PLUGIN_TEST: "def test_y():\n    pass\n",
+    PAGE: "In place\n========\n",
+    EXAMPLE: '"""\n.. _inplace:\n\nIn-place plugins\n================\n"""\n',
+}
+# name -> (subject, [(file, line index to mark)], new files it brings)
+PATCHES = {
+    "0001-enums-two-hunks.patch": (
+        "fix(enums): two distant changes",
+        [("_enums.py", 2), ("_enums.py", 1400)],
+        [],
+    ),
+    "0002-compile.patch": (
+        "fix(compile): one change",
+        [("_compile.py", 100)],
+        [MODULE, TEST],
+    ),
+    "0003-settings.patch": (
+        "feat(settings): one change",
+        [("dynamo/_settings.py", 50)],
+        [PLUGIN_TEST],
+    ),
+}
+SERIES = """\
+# comment
+[first] The first piece
+decide: something a reviewer decides
+0001-enums-two-hunks.patch
+0002-compile.patch
+
+[second] The second piece
+0003-settings.patch
+
+[docs] Docs of both
+docsrc/tutorials/extensibility/plugins/inplace.rst
+examples/dynamo/inplace_example.py
+"""
+
+
+@pytest.fixture
+def patch_set(upstream, tmp_path):
+    """(patch dir, root of new files): PATCHES made against ``upstream``, in order."""
     scratch = tmp_path / "scratch"
     git(tmp_path, "clone", "-q", str(upstream), str(scratch))
     out = tmp_path / "patches"
     out.mkdir()
-    for name, (description, edits) in PATCHES.items():
+    for name, (subject, edits, adds) in PATCHES.items():
         for rel, index in edits:
             mark(scratch, rel, index, name[:4])
-        diff = git(scratch, "diff", "--no-color")
-        (out / name).write_text(header(description) + "\n" + diff)
+        (out / name).write_text(mail(subject, git(scratch, "diff", "--no-color"), adds))
         git(
             scratch, "-c", "user.name=t", "-c", "user.email=t@e", "commit", "-qam", name
         )
-    (out / "series").write_text("".join(n + "\n" for n in PATCHES))
-    return out
-
-
-@pytest.fixture
-def overlay(tmp_path):
-    """New modules and tests to add: (overlay_root, tests_root)."""
-    mods = tmp_path / "overlay"
-    (mods / "torch_tensorrt" / "dynamo").mkdir(parents=True)
-    (mods / "torch_tensorrt" / "dynamo" / "_inplace_plugins.py").write_text("X = 1\n")
-    (mods / "torch_tensorrt" / "dynamo" / "__pycache__").mkdir()
-    (mods / "torch_tensorrt" / "dynamo" / "__pycache__" / "x.pyc").write_bytes(b"junk")
-    tests = tmp_path / "tests-py"
-    (tests / "dynamo").mkdir(parents=True)
-    (tests / "dynamo" / "test_inplace_plugins.py").write_text(
-        "def test_x():\n    pass\n"
-    )
-    return mods, tests
-
-
-def caller_identity() -> str:
-    """The git identity of whoever runs the tests, in this repository."""
-    ident = git(series.REPO_ROOT, "var", "GIT_AUTHOR_IDENT").strip()
-    return ident.rsplit(" ", 2)[0]
+    (out / "series").write_text(SERIES)
+    root = tmp_path / "root"
+    for rel, text in NEW_FILES.items():
+        os.makedirs(os.path.dirname(root / rel), exist_ok=True)
+        (root / rel).write_text(text)
+    return str(out), str(root)
 
 
 def snapshot(repo) -> tuple:
@@ -171,359 +216,221 @@ def snapshot(repo) -> tuple:
     )
 
 
-def test_success_one_commit_per_patch_plus_overlay(upstream, patch_dir, overlay):
-    before = snapshot(upstream)
-    enums_before = (upstream / "py/torch_tensorrt/_enums.py").read_text()
-    summary = export.export(
-        str(upstream), "pr-branch", str(patch_dir), str(overlay[0]), str(overlay[1])
-    )
-    assert "\n" not in summary and "pr-branch" in summary and "4 commit(s)" in summary
-
-    subjects = git(
-        upstream, "log", "--reverse", "--format=%s", "main..pr-branch"
-    ).splitlines()
-    assert subjects == [d for d, _ in PATCHES.values()] + [
-        "feat: add _inplace_plugins, with tests"
-    ]
-    assert git(upstream, "rev-parse", "pr-branch~4") == git(
-        upstream, "rev-parse", "main"
-    )
-
-    first = git(upstream, "log", "-1", "--format=%an <%ae>|%cn <%ce>|%B", "pr-branch~3")
-    author, committer, message = first.split("|", 2)
-    assert author == caller_identity(), "the caller's git identity is the default"
-    assert (
-        committer == "Upstream Dev <dev@example.org>"
-    ), "the checkout's identity was not used"
-    assert message == (
-        "fix(enums): two distant changes\n\nLonger explanation of the change,\n"
-        "over two lines.\n\nSecond paragraph.\n\n"
-    ), "the message is the description alone, without the DEP-3 fields"
-
-    enums = git(upstream, "show", "pr-branch:py/torch_tensorrt/_enums.py")
-    assert "# 0001" in enums.split("\n")[2] and "# 0001" in enums.split("\n")[1400]
-    files = git(upstream, "show", "--name-status", "--format=", "pr-branch").split("\n")
-    assert files[:2] == [
-        "A\tpy/torch_tensorrt/dynamo/_inplace_plugins.py",
-        "A\ttests/py/dynamo/test_inplace_plugins.py",
-    ], "byte code or caches were exported, or files are missing"
-
-    assert (
-        snapshot(upstream)[1:] == before[1:]
-    ), "HEAD, index or work tree of the checkout changed"
-    assert (upstream / "py/torch_tensorrt/_enums.py").read_text() == enums_before
+def names(repo, rev) -> list:
+    return git(repo, "show", "--name-only", "--format=", rev).split()
 
 
-def test_without_new_files_there_is_no_overlay_commit(upstream, patch_dir, tmp_path):
-    empty = tmp_path / "empty"
-    empty.mkdir()
-    summary = export.export(
-        str(upstream), "only-patches", str(patch_dir), str(empty), str(empty)
-    )
-    assert "3 commit(s)" in summary
-    assert git(upstream, "rev-list", "--count", "main..only-patches").strip() == "3"
-
-
-def test_conflicts_of_every_patch_are_reported_and_nothing_is_created(
-    upstream, patch_dir, overlay
+def test_one_branch_per_piece_each_patch_a_commit_with_its_tests(
+    upstream, patch_set, tmp_path
 ):
-    mark(upstream, "_enums.py", 1400, "upstream moved on")  # breaks 0001 hunk #2 only
-    mark(upstream, "_compile.py", 100, "upstream moved on")  # breaks 0002 hunk #1
-    git(upstream, "commit", "-qam", "upstream moves on")
-    clash = upstream / "py/torch_tensorrt/dynamo/_inplace_plugins.py"
-    clash.write_text("# upstream has this module now\n")
-    git(upstream, "add", "-A")
-    git(upstream, "commit", "-qm", "upstream adds a module")
     before = snapshot(upstream)
-
-    with pytest.raises(PatchsetError) as info:
-        export.export(
-            str(upstream), "pr-branch", str(patch_dir), str(overlay[0]), str(overlay[1])
-        )
-    message = str(info.value)
-    assert "\n" not in message
-    assert "0001-enums-two-hunks.patch: py/torch_tensorrt/_enums.py hunk #2" in message
-    assert "hunk #1" not in message.split("0002")[0], "a hunk that applies was reported"
-    assert "0002-compile.patch: py/torch_tensorrt/_compile.py hunk #1" in message
-    assert "0003-settings.patch" not in message, "a patch that applies was reported"
+    prs = tmp_path / "prs"
+    summary = export.export(str(upstream), "inplace", True, *patch_set, pr_dir=str(prs))
+    branches = ["inplace/01-first", "inplace/02-second", "inplace/03-docs"]
+    assert summary.startswith(f"created 3 branch(es) in {upstream}")
+    assert snapshot(upstream)[1:] == before[1:], "the checkout itself was touched"
+    first = git(
+        upstream,
+        "log",
+        "--reverse",
+        "--format=%s|%an <%ae>|%cn",
+        "main..inplace/01-first",
+    )
+    assert first.splitlines() == [
+        f"fix(enums): two distant changes|{CALLER}|Upstream Dev",
+        f"fix(compile): one change|{CALLER}|Upstream Dev",
+    ]
+    # the new module and its test travel in the commit of the patch that brings them
+    assert names(upstream, "inplace/01-first") == [
+        "py/torch_tensorrt/_compile.py",
+        MODULE,
+        TEST,
+    ]
+    message = git(upstream, "log", "-1", "--format=%B", "inplace/01-first")
     assert (
-        "overlay: py/torch_tensorrt/dynamo/_inplace_plugins.py would overwrite an upstream file"
+        message
+        == "fix(compile): one change\n\nLonger explanation of the change,\nover two lines.\n\nSecond paragraph.\n\n"
+    )
+    second = git(
+        upstream,
+        "log",
+        "--reverse",
+        "--format=%s",
+        "inplace/01-first..inplace/02-second",
+    )
+    assert second.splitlines() == [
+        "feat(settings): one change",
+        "ci: run the new plugin tests in plugins-automatic",
+    ]
+    assert '"automatic_plugin/test_first.py",' in git(
+        upstream, "show", "inplace/02-second:tests/ci/suites.py"
+    )
+    docs = git(
+        upstream,
+        "log",
+        "--reverse",
+        "--format=%s",
+        "inplace/02-second..inplace/03-docs",
+    )
+    assert docs.splitlines() == [
+        "docs: add inplace and inplace_example",
+        "docs: list the new plugin pages and examples",
+    ]
+    index = git(
+        upstream,
+        "show",
+        f"{branches[2]}:docsrc/tutorials/extensibility/plugins/index.rst",
+    )
+    assert (
+        "   inplace\n   Example: In-place plugins <../../_rendered_examples/dynamo/inplace_example>"
+        in index
+    )
+    for k, branch in enumerate(branches[1:], 1):
+        assert (
+            git(
+                upstream,
+                "merge-base",
+                "--is-ancestor",
+                branches[k - 1],
+                branch,
+                check=False,
+            )
+            == ""
+        )
+    first_pr = (prs / "01-first.md").read_text()
+    assert first_pr.startswith("# The first piece\n\nPart 1 of 3 of a stack of PRs")
+    assert "- something a reviewer decides" in first_pr
+    assert (
+        "1. `first`: The first piece (this PR)\n2. `second`: The second piece\n"
+        in first_pr
+    )
+    assert f"python -m pytest {TEST}" in first_pr
+    assert sorted(os.listdir(prs)) == ["01-first.md", "02-second.md", "03-docs.md"]
+
+
+def test_without_stack_one_branch_or_nothing(upstream, patch_set, tmp_path):
+    export.export(str(upstream), "all", False, *patch_set)
+    assert git(upstream, "rev-list", "--count", "main..all").strip() == "6"
+    (tmp_path / "patches" / "0003-settings.patch").write_text(
+        mail(
+            "feat(settings): stale",
+            "diff --git a/py/torch_tensorrt/_enums.py b/py/torch_tensorrt/_enums.py\n--- a/py/torch_tensorrt/_enums.py\n+++ b/py/torch_tensorrt/_enums.py\n@@ -1 +1 @@\n-no such line\n+x\n",
+            [PLUGIN_TEST],
+        )
+    )
+    with pytest.raises(PatchsetError) as refused:
+        export.export(str(upstream), "other", False, *patch_set)
+    assert "no branch created" in str(refused.value)
+    assert (
+        "piece 'second' (2 of 3) does not apply onto the pieces before it (1 conflict(s)): 0003-settings.patch: patch failed: py/torch_tensorrt/_enums.py:1"
+        in str(refused.value)
+    )
+    assert "other" not in git(upstream, "branch")
+
+
+def test_the_stack_ends_before_the_first_piece_that_does_not_apply(upstream, patch_set):
+    mark(upstream, "dynamo/_settings.py", 50, "upstream moved on")
+    git(upstream, "commit", "-qam", "upstream moved on")
+    with pytest.raises(PatchsetError) as refused:
+        export.export(str(upstream), "inplace", True, *patch_set)
+    message = str(refused.value)
+    assert message.startswith(f"created 1 branch(es) in {upstream}")
+    assert "piece 'second' (2 of 3) does not apply" in message
+    assert (
+        "0003-settings.patch: patch failed: py/torch_tensorrt/dynamo/_settings.py:"
         in message
     )
-    assert "no branch created" in message
-    assert snapshot(upstream) == before, "the checkout changed although export failed"
+    assert git(upstream, "branch", "--list", "inplace/*").split() == [
+        "inplace/01-first"
+    ]
 
 
-def test_a_patch_already_merged_upstream_is_named_as_such(upstream, patch_dir):
-    mark(upstream, "_compile.py", 100, "0002")
-    git(upstream, "commit", "-qam", "upstream merged our 0002")
+def test_a_patch_already_merged_upstream_is_named_as_such(upstream, patch_set):
+    series.apply_patch(
+        series.Patch(os.path.join(patch_set[0], "0001-enums-two-hunks.patch")),
+        str(upstream),
+        1,
+    )
+    git(upstream, "commit", "-qam", "merged upstream")
     with pytest.raises(
-        PatchsetError, match=r"0002-compile.patch: already applied upstream"
+        PatchsetError, match="0001-enums-two-hunks.patch: already applied upstream"
     ):
-        export.export(str(upstream), "pr-branch", str(patch_dir))
+        export.export(str(upstream), "inplace", True, *patch_set)
 
 
-def test_dirty_checkouts_are_refused(upstream, patch_dir):
-    (upstream / "untracked.txt").write_text("x\n")
-    with pytest.raises(
-        PatchsetError, match=r"^dirty upstream checkout: .*untracked.txt"
-    ):
-        export.export(str(upstream), "b", str(patch_dir))
-    os.unlink(upstream / "untracked.txt")
-    mark(upstream, "_enums.py", 2, "local edit")
-    with pytest.raises(PatchsetError, match=r"^dirty upstream checkout: .*_enums.py"):
-        export.export(str(upstream), "b", str(patch_dir))
-    assert "refs/heads/b" not in git(upstream, "for-each-ref")
+@pytest.mark.parametrize(
+    "spoil, error",
+    [
+        (lambda r: (r / "py" / "new.txt").write_text("x"), "dirty upstream checkout"),
+        (
+            lambda r: git(r, "branch", "inplace/02-second"),
+            "branch inplace/02-second already exists",
+        ),
+        (
+            lambda r: git(r, "branch", "inplace"),
+            "branch inplace exists in .*, so branch inplace/01-first cannot be created",
+        ),
+    ],
+)
+def test_checkouts_and_branches_in_the_way_are_one_line_errors(
+    upstream, patch_set, spoil, error
+):
+    spoil(upstream)
+    with pytest.raises(PatchsetError, match=error):
+        export.export(str(upstream), "inplace", True, *patch_set)
+    assert "inplace/01-first" not in git(upstream, "branch")
 
 
-def test_non_checkouts_are_refused(tmp_path, patch_dir):
-    plain = tmp_path / "plain"
-    (plain / "py/torch_tensorrt/dynamo").mkdir(parents=True)
-    (plain / "tests/py").mkdir(parents=True)
-    with pytest.raises(PatchsetError, match=r"^not a git work tree: "):
-        export.export(str(plain), "b", str(patch_dir))
-    with pytest.raises(PatchsetError, match=r"^not a git work tree: .*does not exist"):
-        export.export(str(tmp_path / "missing"), "b", str(patch_dir))
-    other = tmp_path / "other"
-    other.mkdir()
-    (other / "README").write_text("x\n")
-    git(other, "init", "-q")
-    git(other, "add", "-A")
-    git(other, "-c", "user.name=t", "-c", "user.email=t@e", "commit", "-qm", "x")
+def test_non_checkouts_are_refused(tmp_path, patch_set):
+    with pytest.raises(PatchsetError, match="not a git work tree"):
+        export.export(str(tmp_path / "missing"), "x", False, *patch_set)
+    (tmp_path / "plain").mkdir()
+    git(tmp_path / "plain", "init", "-q")
+    with pytest.raises(PatchsetError, match="not a pytorch/TensorRT checkout"):
+        export.export(str(tmp_path / "plain"), "x", False, *patch_set)
+
+
+def test_a_commit_that_does_not_byte_compile_is_refused(upstream, patch_set):
+    (tmp := os.path.join(patch_set[1], MODULE)) and open(tmp, "w").write(
+        "def broken(:\n"
+    )
     with pytest.raises(
         PatchsetError,
-        match=r"^not a pytorch/TensorRT checkout: .*py/torch_tensorrt/dynamo",
+        match=r"commit 'fix\(compile\): one change' does not stand alone: py/torch_tensorrt/dynamo/_inplace_plugins.py does not byte-compile",
     ):
-        export.export(str(other), "b", str(patch_dir))
+        export.export(str(upstream), "inplace", True, *patch_set)
 
 
-def test_existing_or_invalid_branches_are_refused(upstream, patch_dir):
-    git(upstream, "branch", "taken")
-    with pytest.raises(PatchsetError, match=r"^branch taken already exists"):
-        export.export(str(upstream), "taken", str(patch_dir))
-    with pytest.raises(PatchsetError, match=r"^invalid branch name"):
-        export.export(str(upstream), "bad..name", str(patch_dir))
-
-
-def test_without_any_identity_author_is_required_and_committer_defaults(
-    upstream, patch_dir, monkeypatch, tmp_path
-):
-    empty = tmp_path / "empty"
-    empty.mkdir()
-    git(upstream, "config", "--unset", "user.name")
-    git(upstream, "config", "--unset", "user.email")
-    monkeypatch.setenv("HOME", str(tmp_path))  # no global identity either
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
-    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
-    for var in (
-        "GIT_AUTHOR_NAME",
-        "GIT_AUTHOR_EMAIL",
-        "GIT_COMMITTER_NAME",
-        "GIT_COMMITTER_EMAIL",
-        "EMAIL",
-    ):
-        monkeypatch.delenv(var, raising=False)
-    if git(series.REPO_ROOT, "config", "--get", "user.email", check=False).strip():
-        pytest.skip("this repository's own git config names an author")
-    monkeypatch.setenv(
-        "GIT_DIR", str(tmp_path / "elsewhere")
-    )  # must not redirect export's git calls
-    args = (str(patch_dir), str(empty), str(empty))
-    with pytest.raises(PatchsetError, match=r"^no git identity to author the commits"):
-        export.export(str(upstream), "pr-branch", *args)
-    export.export(str(upstream), "pr-branch", *args, author="A U <a@u.org>")
-    monkeypatch.delenv("GIT_DIR")
-    assert (
-        git(upstream, "log", "-1", "--format=%an <%ae>|%cn <%ce>", "pr-branch").strip()
-        == "A U <a@u.org>|patchset <patchset@localhost>"
-    )
-
-
-def test_author_option(upstream, patch_dir, tmp_path):
-    empty = tmp_path / "empty"
-    empty.mkdir()
-    args = (str(patch_dir), str(empty), str(empty))
-    export.export(str(upstream), "given", *args, author="Grace Hopper <gh@example.org>")
-    assert git(upstream, "log", "--format=%an <%ae>", "main..given").splitlines() == [
-        "Grace Hopper <gh@example.org>"
-    ] * len(PATCHES)
-    export.export(str(upstream), "from-header", *args, author="header")
-    assert git(
-        upstream, "log", "--format=%an <%ae>", "main..from-header"
-    ).splitlines() == [AUTHOR] * len(PATCHES)
-    with pytest.raises(PatchsetError, match=r"--author 'nobody' is not 'Name <email>'"):
-        export.export(str(upstream), "bad", *args, author="nobody")
-    assert "bad" not in git(upstream, "branch")
-
-
-def test_a_new_module_goes_with_the_first_patch_that_needs_it(upstream, tmp_path):
-    scratch = tmp_path / "scratch"
-    git(tmp_path, "clone", "-q", str(upstream), str(scratch))
-    out = tmp_path / "patches"
-    out.mkdir()
-    names = []
-    for k, line in enumerate(
-        ["from ._helper import X", "pass  # unrelated", "from ._other import Y"], 1
-    ):
-        path = scratch / "py/torch_tensorrt/_compile.py"
-        path.write_text(path.read_text() + line + "\n")
-        name = f"000{k}-p{k}.patch"
-        (out / name).write_text(
-            header(f"feat: p{k}") + "\n" + git(scratch, "diff", "--no-color")
-        )
-        git(
-            scratch, "-c", "user.name=t", "-c", "user.email=t@e", "commit", "-qam", name
-        )
-        names.append(name)
-    (out / "series").write_text("".join(n + "\n" for n in names))
-    mods = tmp_path / "overlay"
-    (mods / "torch_tensorrt").mkdir(parents=True)
-    (mods / "torch_tensorrt" / "_helper.py").write_text("from ._util import Z\nX = Z\n")
-    (mods / "torch_tensorrt" / "_util.py").write_text("Z = 1\n")
-    (mods / "torch_tensorrt" / "_other.py").write_text("Y = 2\n")
-    (mods / "torch_tensorrt" / "_unused.py").write_text("W = 3\n")
-    empty = tmp_path / "empty"
-    empty.mkdir()
-    summary = export.export(str(upstream), "pr", str(out), str(mods), str(empty))
-    assert "3 new module(s) in the patch commits" in summary
-
-    def added(rev):
-        return sorted(
-            git(upstream, "show", "--name-status", "--format=", rev).split()[1::2]
-        )
-
-    assert added("pr~3") == [
-        "py/torch_tensorrt/_compile.py",
-        "py/torch_tensorrt/_helper.py",
-        "py/torch_tensorrt/_util.py",
-    ], "the module, and the new module it imports, come with the patch"
-    assert added("pr~2") == ["py/torch_tensorrt/_compile.py"]
-    assert added("pr~1") == [
-        "py/torch_tensorrt/_compile.py",
-        "py/torch_tensorrt/_other.py",
-    ]
-    assert added("pr") == ["py/torch_tensorrt/_unused.py"]
-
-
-def test_a_commit_that_does_not_byte_compile_is_refused(upstream, tmp_path):
-    mods = tmp_path / "overlay"
-    (mods / "torch_tensorrt").mkdir(parents=True)
-    (mods / "torch_tensorrt" / "_broken.py").write_text("def f(:\n")
-    empty = tmp_path / "patches"
-    empty.mkdir()
-    (empty / "series").write_text("")
+def test_a_piece_whose_tests_fail_ends_the_stack(upstream, patch_set):
+    with open(os.path.join(patch_set[1], PLUGIN_TEST), "w") as f:
+        f.write("def test_y():\n    assert False, 'broken'\n")
     with pytest.raises(
         PatchsetError,
-        match=r"does not stand alone: py/torch_tensorrt/_broken.py does not "
-        r"byte-compile",
-    ):
-        export.export(str(upstream), "pr", str(empty), str(mods), str(tmp_path / "n"))
-    assert "pr" not in git(upstream, "branch")
-
-
-def test_a_branch_blocked_by_another_is_a_one_line_error(upstream, patch_dir):
-    git(upstream, "branch", "inplace")
-    with pytest.raises(PatchsetError) as caught:
-        export.export(str(upstream), "inplace/01-x", str(patch_dir))
-    assert str(caught.value) == (
-        f"branch inplace exists in {upstream}, so branch inplace/01-x cannot be "
-        "created; delete it or choose another --branch"
-    )
-    git(upstream, "branch", "pr/one")
-    with pytest.raises(
-        PatchsetError, match=r"^branch pr/one exists in .*, so branch pr "
-    ):
-        export.export(str(upstream), "pr", str(patch_dir))
-
-
-def test_commit_message_from_dep3_header(tmp_path):
-    path = tmp_path / "0001-x.patch"
-    path.write_text(
-        "Description: fix(x): subject line\n"
-        " Body line.\n"
-        "Author: Someone Else\n"
-        "Bug: https://example.org/1\n"
-        "\n"
-        "diff --git a/py/torch_tensorrt/a.py b/py/torch_tensorrt/a.py\n"
-    )
-    message, author = export.commit_message(series.Patch("0001-x.patch", str(path)))
-    assert message == "fix(x): subject line\n\nBody line.\n"
-    assert author is None, "an Author without <email> cannot be a git author"
-    path.write_text(
-        "Origin: other\n\ndiff --git a/py/torch_tensorrt/a.py b/py/torch_tensorrt/a.py\n"
-    )
-    with pytest.raises(
-        PatchsetError, match=r"0001-x.patch: header lacks 'Description:'"
-    ):
-        export.commit_message(series.Patch("0001-x.patch", str(path)))
-
-
-def test_the_repository_patch_set_exports_onto_the_2_14_0_sources(upstream):
-    """With this repository's own patches/, py/ and tests/py/ (whatever they hold now)."""
-    patches = series.read_series()
-    try:
-        summary = export.export(str(upstream), "inplace-plugins")
-    except PatchsetError as e:
-        assert not patches and str(e).startswith("nothing to export"), str(e)
-        return
-    assert f"{len(patches)} patch commit(s)" in summary
-    subjects = git(
-        upstream, "log", "--reverse", "--format=%s", "main..inplace-plugins"
-    ).splitlines()
-    assert subjects[: len(patches)] == [
-        export.commit_message(p)[0].split("\n")[0] for p in patches
-    ]
-    if os.path.isdir(os.path.join(series.REPO_ROOT, "docsrc")):
-        assert subjects[-1] == "docs: list the new plugin pages and examples"
-        index = git(
-            upstream,
-            "show",
-            "inplace-plugins:docsrc/tutorials/extensibility/plugins/index.rst",
-        )
-        assert "   inplace_plugins\n" in index
-
-
-def plugin_test_only(tmp_path):
-    """(tests root with one new automatic_plugin test, an empty patch directory)."""
-    tests = tmp_path / "tests-py"
-    (tests / "dynamo" / "automatic_plugin").mkdir(parents=True)
-    (tests / "dynamo" / "automatic_plugin" / "test_new_plugin.py").write_text("")
-    empty = tmp_path / "patches"
-    empty.mkdir()
-    (empty / "series").write_text("")
-    return tests, empty
-
-
-def test_new_plugin_tests_are_registered_in_the_suite_manifest(upstream, tmp_path):
-    mods = tmp_path / "overlay"
-    (mods / "torch_tensorrt").mkdir(parents=True)
-    (mods / "torch_tensorrt" / "_new_module.py").write_text("X = 1\n")
-    tests, empty = plugin_test_only(tmp_path)
-    export.export(str(upstream), "pr", str(empty), str(mods), str(tests))
-    assert git(upstream, "log", "-1", "--format=%s", "pr") == (
-        "ci: run the new plugin tests in plugins-automatic\n"
-    )
-    suites = git(upstream, "show", "pr:tests/ci/suites.py")
-    assert suites == SUITES.replace(
-        '            "automatic_plugin/test_automatic_plugin.py",\n',
-        '            "automatic_plugin/test_automatic_plugin.py",\n'
-        '            "automatic_plugin/test_new_plugin.py",\n',
-    )
-
-
-def test_a_manifest_without_the_suite_is_a_conflict_not_a_silent_skip(
-    upstream, tmp_path
-):
-    git(upstream, "rm", "-q", "tests/ci/suites.py")
-    git(upstream, "commit", "-q", "-m", "no manifest")
-    tests, empty = plugin_test_only(tmp_path)
-    with pytest.raises(
-        PatchsetError, match="cannot find the paths=.*plugins-automatic"
+        match="piece 'second' .2 of 3. applies but its tests fail at its last commit: 1 failed",
     ):
         export.export(
-            str(upstream), "pr", str(empty), str(tmp_path / "none"), str(tests)
+            str(upstream), "inplace", True, *patch_set, test_python=sys.executable
         )
-    assert "pr" not in git(upstream, "branch")
+    assert git(upstream, "branch", "--list", "inplace/*").split() == [
+        "inplace/01-first"
+    ]
+
+
+def test_a_summary_that_announces_a_reproduction_brings_it(tmp_path):
+    (tmp_path / "0001-x.patch").write_text(
+        mail(
+            "fix: x",
+            "",
+            description="It failed before.\nMinimal reproduction on a GPU:\n\n    import torch\n    m(x)",
+        )
+    )
+    (tmp_path / "series").write_text("[x] X\n0001-x.patch\n")
+    pieces = series.read_series(str(tmp_path), str(tmp_path / "none"))
+    text = export.pr_description(pieces, 1, ["b/01-x"], "main")
+    assert (
+        "- **fix: x** It failed before. Minimal reproduction on a GPU:\n\n  ```python\n  import torch\n  m(x)\n  ```\n"
+        in text
+    )
 
 
 def mini_checkout(tmp_path, package_init=""):
@@ -541,40 +448,49 @@ def mini_checkout(tmp_path, package_init=""):
 
 
 def test_verify_imports_names_the_commit_that_does_not_import(tmp_path):
-    """A commit whose module imports a new module only a later commit adds."""
-    import sys
-
+    """A commit whose module imports a new module that a later patch brings."""
     repo = mini_checkout(tmp_path)
     scratch = tmp_path / "scratch"
     git(tmp_path, "clone", "-q", str(repo), str(scratch))
-    target = scratch / "py" / "torch_tensorrt" / "dynamo" / "__init__.py"
-    target.write_text("from torch_tensorrt.dynamo import helper_module_b\n")
+    init = scratch / "py" / "torch_tensorrt" / "dynamo" / "__init__.py"
+    init.write_text("from torch_tensorrt.dynamo import helper_module_b\n")
     out = tmp_path / "patches"
     out.mkdir()
     (out / "0001-x.patch").write_text(
-        header("feat: use the helper") + "\n" + git(scratch, "diff", "--no-color")
+        mail("feat: use the helper", git(scratch, "diff"))
     )
-    (out / "series").write_text("0001-x.patch\n")
-    mods = tmp_path / "overlay"
-    (mods / "torch_tensorrt" / "dynamo").mkdir(parents=True)
-    # named in the patch only through another name: nothing attaches it
-    (mods / "torch_tensorrt" / "dynamo" / "helper_module_b.py").write_text("B = 1\n")
-    empty = tmp_path / "empty"
-    empty.mkdir()
-    args = (str(out), str(tmp_path / "no-overlay"), str(empty))
+    (out / "series").write_text("[x] X\n0001-x.patch\n")
+    root = tmp_path / "root"
+    (root / "py" / "torch_tensorrt" / "dynamo").mkdir(parents=True)
+    (root / "py" / "torch_tensorrt" / "dynamo" / "helper_module_b.py").write_text(
+        "B = 1\n"
+    )
+    (root / "tests" / "py").mkdir(parents=True)
+    (out / "series").write_text(
+        "[x] X\n0001-x.patch\npy/torch_tensorrt/dynamo/helper_module_b.py\n"
+    )
     with pytest.raises(
         PatchsetError,
         match=r"commit 'feat: use the helper' does not stand alone: importing "
         r"torch_tensorrt.dynamo fails: ImportError",
     ):
-        export.export(str(repo), "pr", *args, verify_python=sys.executable)
+        export.export(
+            str(repo), "pr", False, str(out), str(root), verify_python=sys.executable
+        )
     assert "pr" not in git(repo, "branch")
-    # with the module in the series' new files it goes into that commit and imports
-    export.export(
-        str(repo), "pr", str(out), str(mods), str(empty), verify_python=sys.executable
+    # brought by the patch (its Adds field), the module is in that commit and imports
+    (out / "0001-x.patch").write_text(
+        mail(
+            "feat: use the helper",
+            git(scratch, "diff"),
+            ["py/torch_tensorrt/dynamo/helper_module_b.py"],
+        )
     )
-    assert git(repo, "rev-list", "--count", "main..pr").strip() == "1"
-    assert git(repo, "show", "--name-only", "--format=", "pr").split() == [
+    (out / "series").write_text("[x] X\n0001-x.patch\n")
+    export.export(
+        str(repo), "pr", False, str(out), str(root), verify_python=sys.executable
+    )
+    assert names(repo, "pr") == [
         "py/torch_tensorrt/dynamo/__init__.py",
         "py/torch_tensorrt/dynamo/helper_module_b.py",
     ]
@@ -587,10 +503,6 @@ def test_a_python_that_cannot_import_the_base_is_the_environment_s_fault(tmp_pat
     out = tmp_path / "patches"
     out.mkdir()
     (out / "series").write_text("")
-    empty = tmp_path / "empty"
-    empty.mkdir()
-    import sys
-
     with pytest.raises(
         PatchsetError,
         match=r"cannot import the sources the patches go onto, before any patch "
@@ -600,9 +512,38 @@ def test_a_python_that_cannot_import_the_base_is_the_environment_s_fault(tmp_pat
         export.export(
             str(repo),
             "pr",
+            False,
             str(out),
-            str(empty),
-            str(empty),
+            str(tmp_path / "none"),
             verify_python=sys.executable,
         )
     assert "pr" not in git(repo, "branch")
+
+
+def test_the_repository_series_exports_onto_the_released_2_14_0_sources(tmp_path):
+    """This repository's own series: a branch per piece, each patch's tests in its commit."""
+    base = tmp_path / "base"
+    export.make_base(str(base), "standard")
+    pieces = series.read_series()
+    export.export(str(base), "inplace", True)
+    branches = git(
+        base, "branch", "--list", "inplace/*", "--format=%(refname:short)"
+    ).split()
+    assert branches == [f"inplace/{k:02d}-{p.id}" for k, p in enumerate(pieces, 1)]
+    subjects = git(
+        base, "log", "--reverse", "--format=%s", f"v2.14.0..{branches[-1]}"
+    ).splitlines()
+    assert [s for s in subjects if not s.startswith("docs: add")] == [
+        p.subject for p in series.all_patches(pieces)
+    ]
+    for patch in series.all_patches(pieces):
+        rev = git(
+            base,
+            "log",
+            "--format=%H",
+            "--fixed-strings",
+            f"--grep={patch.subject}",
+            branches[-1],
+        ).split()[0]
+        brought = [f for f in patch.adds if not f.startswith(series.LOCAL_ONLY)]
+        assert names(base, rev) == sorted(patch.touched_files() + brought), patch.name

@@ -1,87 +1,182 @@
-"""Series hygiene, and that a patch which does not apply is reported by patch, file and hunk."""
+"""patches/series and the patch mails: the real series' rules, and how a bad one
+is reported (by patch, piece or file)."""
+
+import os
+import re
 
 import pytest
-from patchset import PatchsetError, series, tree
+from patchset import PatchsetError, series, tree, wheelbuild
+from test_export import mail
 
-GOOD_HEADER = """\
-Description: fix(dynamo): demo
- Demo patch.
-Author: Someone <someone@example.org>
-Origin: other
-Bug: https://github.com/pytorch/TensorRT/issues/4240
-Forwarded: no
-Last-Update: 2026-12-02
-"""
+PIECE_LIMIT = 1500  # inserted lines outside tests per piece, for review
 
 
-def test_every_patch_has_a_complete_header_and_stays_in_the_package():
-    problems = [
-        p for patch in series.read_series() for p in series.header_problems(patch)
+def test_every_patch_is_a_complete_mail_and_stays_in_the_package():
+    patches = series.all_patches(series.read_series())
+    assert [p for patch in patches for p in series.header_problems(patch)] == []
+
+
+def test_the_real_series():
+    pieces = series.read_series()
+    assert [p.id for p in pieces] == [
+        "cpu-only",
+        "mutation-lowering",
+        "engine-outputs",
+        "plugins",
+        "buffer-state",
+        "runtime",
+        "state-contract",
+        "docs",
+        "kv-state",
     ]
-    assert problems == []
+    # the pieces that build on #4459 say so
+    buffer = next(p for p in pieces if p.id == "buffer-state")
+    assert buffer.depends_on == ["https://github.com/pytorch/TensorRT/pull/4459"]
+    brought = [f for piece in pieces for f in piece.new_files]
+    assert sorted(brought) == sorted(series.new_files())
 
 
-def _write_series(tmp_path, name, text):
-    d = tmp_path / "patches"
-    d.mkdir()
-    (d / name).write_text(text)
-    (d / "series").write_text(name + "\n")
-    return series.read_series(str(d))
+def test_every_piece_is_reviewable():
+    """At most ~1.5k inserted lines outside tests: patches' added lines and new files."""
+    sizes = {}
+    for piece in series.read_series():
+        added = sum(
+            1
+            for p in piece.patches
+            for line in p.diff.splitlines()
+            if line.startswith("+") and not line.startswith("+++")
+        )
+        for f in piece.new_files:
+            if not f.startswith("tests/"):
+                with open(os.path.join(series.REPO_ROOT, f), encoding="utf-8") as text:
+                    added += len(text.read().splitlines())
+        sizes[piece.id] = added
+    assert {k: v for k, v in sizes.items() if v > PIECE_LIMIT} == {}, sizes
 
 
-def test_every_file_a_header_cites_exists():
-    """A header's "Tests:" (or any other mention of a file of this repository)
-    names a file that is there: the headers become the exported commit messages."""
-    import os
-    import re
+def test_tests_travel_in_the_commit_of_a_patch_that_cites_them():
+    """A test file a patch's description cites goes with a patch of its piece that
+    cites it (the last one), so that the commit brings the change and its test."""
+    for piece in series.read_series():
+        for patch in piece.patches:
+            for test in (f for f in patch.adds if series.is_test(f)):
+                citing = [p for p in piece.patches if test in p.description]
+                if citing:
+                    assert patch is citing[-1], (test, patch.name)
 
+
+def test_every_file_a_patch_cites_exists():
+    """The descriptions become the exported commit messages."""
     missing = []
-    for patch in series.read_series():
-        header = patch.read().split("\ndiff --git", 1)[0]
+    for patch in series.all_patches(series.read_series()):
+        text = patch.text.split("\ndiff --git", 1)[0]
         for path in re.findall(
-            r"\b((?:tests|tools|examples|docsrc)/[\w/.\-]+\.\w+)", header
+            r"\b((?:tests|tools|examples|docsrc)/[\w/.\-]+\.\w+)", text
         ):
             if not os.path.exists(os.path.join(series.REPO_ROOT, path.rstrip("."))):
                 missing.append(f"{patch.name}: {path}")
     assert not missing, missing
 
 
-def test_no_header_carries_a_placeholder_author():
-    """The commits take the exporting maintainer's identity; the headers name none."""
-    authors = [
-        f"{p.name}: {line}"
-        for p in series.read_series()
-        for line in p.header.splitlines()
-        if line.startswith("Author:")
-    ]
-    assert authors == []
+def test_no_patch_carries_an_identity():
+    """No From:, Date: or Author: in the mails: whoever materializes or exports
+    authors the commits with their own git identity."""
+    for patch in series.all_patches(series.read_series()):
+        assert "from" not in patch.headers and "date" not in patch.headers, patch.name
+        assert not patch.field("Author"), patch.name
+
+
+def test_a_mail_is_parsed_into_subject_description_fields_and_diff(tmp_path):
+    text = mail(
+        "fix(x): a subject folded\n over two lines",
+        "diff --git a/py/torch_tensorrt/x.py b/py/torch_tensorrt/x.py\n",
+        ["py/torch_tensorrt/new.py", "tests/py/test_new.py"],
+    )
+    path = tmp_path / "0001-x.patch"
+    path.write_text(text.replace("Forwarded: no\n", "Forwarded: no\nDepends-on: u\n"))
+    patch = series.Patch(str(path))
+    assert patch.subject == "fix(x): a subject folded over two lines"
+    assert patch.description.startswith("Longer explanation")
+    assert patch.adds == ["py/torch_tensorrt/new.py", "tests/py/test_new.py"]
+    assert patch.field("Depends-on") == ["u"]
+    assert patch.touched_files() == ["py/torch_tensorrt/x.py"]
+    assert "Origin" not in patch.message and patch.message.endswith(
+        "Second paragraph.\n"
+    )
+
+
+def write(tmp_path, series_text, patches=(), files=()):
+    d = tmp_path / "patches"
+    d.mkdir(exist_ok=True)
+    for name, adds in patches:
+        (d / name).write_text(mail(f"feat: {name}", "", adds))
+    for f in files:
+        os.makedirs(os.path.dirname(tmp_path / f), exist_ok=True)
+        (tmp_path / f).write_text("x\n")
+    (d / "series").write_text(series_text)
+    return str(d), str(tmp_path)
+
+
+@pytest.mark.parametrize(
+    "series_text, patches, files, error",
+    [
+        (
+            "[a] A\n",
+            [("0001-x.patch", [])],
+            [],
+            "0001-x.patch is in patches/ but not in series",
+        ),
+        ("[a] A\nfix.patch\n", [], [], "'fix.patch' is not NNNN-short-name.patch"),
+        ("[a] A\n0002-y.patch\n", [], [], "0002-y.patch .piece 'a'. does not exist"),
+        ("0001-x.patch\n", [("0001-x.patch", [])], [], "is not '\\[piece-id\\] Title'"),
+        ("[a] A\n[a] B\n", [], [], "piece 'a' is declared twice"),
+        (
+            "[a] A\n0001-x.patch\n0001-x.patch\n",
+            [("0001-x.patch", [])],
+            [],
+            "0001-x.patch is listed twice",
+        ),
+        (
+            "[a] A\n0001-x.patch\n[b] B\npy/m.py\n",
+            [("0001-x.patch", ["py/m.py"])],
+            ["py/m.py"],
+            "py/m.py is brought by both 0001-x.patch and piece 'b'",
+        ),
+        (
+            "[a] A\n",
+            [],
+            ["tests/py/test_m.py"],
+            "tests/py/test_m.py is brought by no patch",
+        ),
+        (
+            "[a] A\n0001-x.patch\n",
+            [("0001-x.patch", ["py/gone.py"])],
+            [],
+            "py/gone.py .brought by 0001-x.patch. does not exist",
+        ),
+    ],
+)
+def test_series_errors_name_the_patch_piece_or_file(
+    tmp_path, series_text, patches, files, error
+):
+    with pytest.raises(PatchsetError, match=error):
+        series.read_series(*write(tmp_path, series_text, patches, files))
 
 
 def test_header_checks_detect_missing_fields_and_bad_paths(tmp_path):
-    (patch,) = _write_series(
-        tmp_path,
-        "0001-demo.patch",
-        "Description: x\n\ndiff --git a/tests/py/x.py b/tests/py/x.py\n--- a/tests/py/x.py\n+++ b/tests/py/x.py\n",
+    path = tmp_path / "0001-demo.patch"
+    path.write_text(
+        "Subject: [PATCH] x\n\nWhy.\n\nForwarded: no\n\n"
+        "diff --git a/tests/py/x.py b/tests/py/x.py\nnew file mode 100644\n"
     )
-    problems = series.header_problems(patch)
-    assert any("lacks 'Origin:'" in p for p in problems)
+    problems = series.header_problems(series.Patch(str(path)))
+    assert any("lacks the DEP-3 field 'Origin:'" in p for p in problems)
     assert any("lacks 'Bug:'" in p for p in problems)
     assert any("outside py/torch_tensorrt/" in p for p in problems)
+    assert any("creates a file" in p for p in problems)
 
 
-def test_unlisted_or_misnamed_patches_are_errors(tmp_path):
-    d = tmp_path / "patches"
-    d.mkdir()
-    (d / "series").write_text("")
-    (d / "0001-x.patch").write_text(GOOD_HEADER)
-    with pytest.raises(PatchsetError, match="not listed in series: 0001-x.patch"):
-        series.read_series(str(d))
-    (d / "series").write_text("fix.patch\n")
-    with pytest.raises(PatchsetError, match="not NNNN-short-name.patch"):
-        series.read_series(str(d))
-
-
-def test_a_failing_hunk_is_named_and_nothing_is_half_applied(tmp_path):
+def test_a_patch_that_does_not_apply_is_named_and_nothing_is_half_applied(tmp_path):
     src = tmp_path / "src"
     tree.base_sources(str(src), "rtx")
     target = src / "py/torch_tensorrt/_version.py"
@@ -89,30 +184,25 @@ def test_a_failing_hunk_is_named_and_nothing_is_half_applied(tmp_path):
     other = src / "py/torch_tensorrt/_enums.py"
     other_original = other.read_text()
     first_line = other_original.splitlines()[0]
-    text = (
-        GOOD_HEADER
-        + "\n"
-        + "diff --git a/py/torch_tensorrt/_enums.py b/py/torch_tensorrt/_enums.py\n"
-        + "--- a/py/torch_tensorrt/_enums.py\n+++ b/py/torch_tensorrt/_enums.py\n"
-        + f"@@ -1 +1 @@\n-{first_line}\n+{first_line}  # changed\n"
-        + "diff --git a/py/torch_tensorrt/_version.py b/py/torch_tensorrt/_version.py\n"
-        + "--- a/py/torch_tensorrt/_version.py\n+++ b/py/torch_tensorrt/_version.py\n"
-        + '@@ -1 +1 @@\n-__version__ = "9.9.9"\n+__version__ = "9.9.10"\n'
+    diff = (
+        "diff --git a/py/torch_tensorrt/_enums.py b/py/torch_tensorrt/_enums.py\n"
+        "--- a/py/torch_tensorrt/_enums.py\n+++ b/py/torch_tensorrt/_enums.py\n"
+        f"@@ -1 +1 @@\n-{first_line}\n+{first_line}  # changed\n"
+        "diff --git a/py/torch_tensorrt/_version.py b/py/torch_tensorrt/_version.py\n"
+        "--- a/py/torch_tensorrt/_version.py\n+++ b/py/torch_tensorrt/_version.py\n"
+        '@@ -1 +1 @@\n-__version__ = "9.9.9"\n+__version__ = "9.9.10"\n'
     )
-    (patch,) = _write_series(tmp_path, "0007-bad.patch", text)
+    (tmp_path / "0007-bad.patch").write_text(mail("fix: bad", diff))
     with pytest.raises(PatchsetError) as info:
-        series.apply_patch(patch, str(src), strip=1)
-    message = str(info.value)
-    assert "0007-bad.patch" in message
-    assert "py/torch_tensorrt/_version.py hunk #1" in message
+        series.apply_patch(series.Patch(str(tmp_path / "0007-bad.patch")), str(src), 1)
+    assert str(info.value).startswith("patch 0007-bad.patch does not apply: ")
+    assert "patch failed: py/torch_tensorrt/_version.py:1" in str(info.value)
     # git apply is all-or-nothing: the hunk that would have applied was not applied either.
     assert target.read_text() == original
     assert other.read_text() == other_original
 
 
 def test_a_new_module_may_not_overwrite_an_upstream_file(tmp_path, monkeypatch):
-    from patchset import wheelbuild
-
     overlay = tmp_path / "py"
     (overlay / "torch_tensorrt").mkdir(parents=True)
     (overlay / "torch_tensorrt" / "_enums.py").write_text("X = 1\n")

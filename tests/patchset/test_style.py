@@ -17,7 +17,7 @@ def patched(tmp_path_factory):
 
 def test_patched_files_new_modules_and_tests_are_black_clean(patched):
     files = sorted(
-        {f for p in series.read_series() for f in p.touched_files()}
+        {f for p in series.all_patches(series.read_series()) for f in p.touched_files()}
         | {"py/" + f for f in wheelbuild.overlay_files() if f.endswith(".py")}
         | {
             os.path.relpath(os.path.join(d, f), patched)

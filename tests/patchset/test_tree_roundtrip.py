@@ -1,9 +1,13 @@
-"""materialize -> edit -> refresh gives back a series that builds the edited tree."""
+"""materialize (git am) -> edit with git -> refresh (git format-patch) gives back
+the series, and a new commit becomes a new patch with the new files it adds."""
 
+import filecmp
 import os
+import shutil
 import subprocess
 
 import pytest
+from conftest import CALLER
 from patchset import PatchsetError, series, tree
 
 
@@ -16,100 +20,137 @@ def git(cwd, *args, input=None):
 @pytest.fixture(scope="module")
 def materialized(tmp_path_factory):
     dest = tmp_path_factory.mktemp("mt") / "tree"
-    count = tree.materialize(str(dest))
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("GIT_AUTHOR_NAME", CALLER[0])
+        env.setenv("GIT_AUTHOR_EMAIL", CALLER[1])
+        count = tree.materialize(str(dest))
     return dest, count
 
 
-def test_one_commit_per_patch(materialized):
+def repository_copy(dest):
+    """What refresh writes into: patches/ and the new files' roots of this repository."""
+    shutil.copytree(series.PATCH_DIR, dest / "patches")
+    for root in series.NEW_FILE_ROOTS:
+        if os.path.isdir(os.path.join(series.REPO_ROOT, root)):
+            shutil.copytree(
+                os.path.join(series.REPO_ROOT, root),
+                dest / root,
+                ignore=shutil.ignore_patterns("__pycache__"),
+            )
+    return dest
+
+
+def test_one_commit_per_patch_with_its_files_one_branch_per_piece(materialized):
     dest, count = materialized
-    assert count == len(series.read_series())
-    subjects = git(dest, "log", "--reverse", "--format=%s").splitlines()
-    assert subjects[0].startswith("base: torch-tensorrt 2.14.0")
-    assert subjects[1 : 1 + count] == [p.name for p in series.read_series()]
-    assert subjects[-1] == tree.OVERLAY_SUBJECT
+    pieces = series.read_series()
+    assert count == len(series.all_patches(pieces))
+    branches = git(dest, "branch", "--format=%(refname:short)").split()
+    assert branches == [f"{k:02d}-{p.id}" for k, p in enumerate(pieces, 1)]
+    previous = tree.BASE_TAG
+    for branch, piece in zip(branches, pieces):
+        commits = git(dest, "rev-list", "--reverse", f"{previous}..{branch}").split()
+        assert len(commits) == len(piece.patches) + (1 if piece.files else 0)
+        for commit, patch in zip(commits, piece.patches):
+            assert (
+                git(dest, "log", "-1", "--format=%s", commit).strip() == patch.subject
+            )
+            touched = git(dest, "show", "--name-only", "--format=", commit).split()
+            assert touched == sorted(patch.touched_files() + patch.adds), patch.name
+        previous = branch
     assert git(dest, "status", "--porcelain") == ""
+    assert git(dest, "rev-parse", "--abbrev-ref", "HEAD").strip() == branches[-1]
 
 
 def test_refresh_of_an_unchanged_tree_reproduces_the_repository(materialized, tmp_path):
     dest, _ = materialized
-    out = tmp_path / "out"
+    out = repository_copy(tmp_path / "repo")
+    (out / "patches" / "README").write_text("kept\n")
     tree.refresh(str(dest), str(out))
-    for patch in series.read_series():
-        regenerated = (out / "patches" / patch.name).read_text()
-        assert regenerated == patch.read(), f"{patch.name} changed on a no-op refresh"
-    assert (out / "patches" / "series").read_text().split() == [
-        p.name for p in series.read_series()
-    ]
+    comparison = filecmp.dircmp(series.PATCH_DIR, out / "patches")
+    assert comparison.diff_files == [] and comparison.left_only == []
+    assert comparison.right_only == [
+        "README"
+    ], "refresh touched another file of patches/"
+    for rel in series.new_files():
+        assert filecmp.cmp(os.path.join(series.REPO_ROOT, rel), out / rel, False), rel
 
 
-def test_refresh_in_place_keeps_the_stack(materialized, tmp_path):
-    """A no-op refresh into a repository leaves its patches/ as it was, the stack
-    included (a refresh once replaced patches/ whole and deleted it)."""
-    dest, _ = materialized
-    out = tmp_path / "repo"
-    (out / "patches").mkdir(parents=True)
-    for patch in series.read_series():
-        (out / "patches" / patch.name).write_text(patch.read())
-    with open(os.path.join(series.PATCH_DIR, "stack")) as f:
-        stack = f.read()
-    (out / "patches" / "stack").write_text(stack)
-    (out / "patches" / "series").write_text("stale\n")
-    tree.refresh(str(dest), str(out))
-    assert (out / "patches" / "stack").read_text() == stack
-    assert sorted(p.name for p in (out / "patches").iterdir()) == sorted(
-        [p.name for p in series.read_series()] + ["series", "stack"]
-    )
-
-
-def test_new_patch_commit_and_new_module_round_trip(materialized, tmp_path):
+@pytest.fixture
+def work(materialized, tmp_path):
     dest, _ = materialized
     work = tmp_path / "work"
-    git(tmp_path, "clone", "-q", str(dest), str(work))
-    git(work, "fetch", "-q", "origin", "tag", tree.BASE_TAG)
-    git(work, "config", "user.name", "t")
-    git(work, "config", "user.email", "t@example.org")
+    shutil.copytree(dest, work)
+    return work
+
+
+def test_a_new_commit_is_a_new_patch_bringing_its_new_files(
+    work, tmp_path, monkeypatch
+):
+    """Named from its subject, with no identity in the mail; its new module and test
+    in its Adds."""
+    monkeypatch.setenv("GIT_AUTHOR_NAME", "Grace Hopper")
+    monkeypatch.setenv("GIT_AUTHOR_EMAIL", "grace@example.org")
     enums = work / "py/torch_tensorrt/_enums.py"
     enums.write_text(enums.read_text() + "\n# demo change\n")
-    (work / "py/torch_tensorrt/dynamo/_demo_new_module.py").write_text("X = 1\n")
-    git(work, "add", "-A")
-    header = "9999-demo-change.patch\n\nDescription: demo\nAuthor: t <t@example.org>\n"
-    git(work, "commit", "-q", "--cleanup=verbatim", "-F", "-", input=header)
-    out = tmp_path / "out"
-    tree.refresh(str(work), str(out))
-    names = (out / "patches" / "series").read_text().split()
-    assert names[-1] == "9999-demo-change.patch"
-    text = (out / "patches" / "9999-demo-change.patch").read_text()
-    assert text.startswith(
-        "Description: demo\nAuthor: t <t@example.org>\n\ndiff --git a/py/torch_tensorrt/_enums.py"
+    (work / "py/torch_tensorrt/dynamo/_demo_module.py").write_text("X = 1\n")
+    (work / "tests/py/dynamo/test_demo_module.py").write_text(
+        "def test_x():\n    pass\n"
     )
-    assert "+# demo change" in text
-    assert "_demo_new_module" not in text, "a new module leaked into a patch"
-    assert (
-        out / "py/torch_tensorrt/dynamo/_demo_new_module.py"
-    ).read_text() == "X = 1\n"
+    git(work, "add", "-A")
+    message = "fix(enums): a demo change\n\nWhy.\n\nOrigin: other\nForwarded: no\n"
+    git(work, "commit", "-q", "-F", "-", input=message)
+    out = repository_copy(tmp_path / "repo")
+    tree.refresh(str(work), str(out))
+    pieces = series.read_series(str(out / "patches"), str(out))
+    last = series.all_patches(pieces)[-1]
+    number = len(os.listdir(series.PATCH_DIR)) - 1  # every patch and the series file
+    assert last.name == f"{number + 1:04d}-a-demo-change.patch"
+    assert pieces[-1].patches[-1].name == last.name
+    assert "from" not in last.headers, "the committer's identity went into the mail"
+    assert last.subject == "fix(enums): a demo change"
+    assert last.adds == [
+        "py/torch_tensorrt/dynamo/_demo_module.py",
+        "tests/py/dynamo/test_demo_module.py",
+    ]
+    assert last.touched_files() == ["py/torch_tensorrt/_enums.py"]
+    assert "Patch-Name" not in last.text and "\nDate: " not in last.text
+    assert (out / "py/torch_tensorrt/dynamo/_demo_module.py").read_text() == "X = 1\n"
 
 
-def test_refresh_refuses_unnamed_patch_commits_and_dirty_trees(materialized, tmp_path):
-    dest, _ = materialized
-    work = tmp_path / "work"
-    git(tmp_path, "clone", "-q", str(dest), str(work))
-    git(work, "fetch", "-q", "origin", "tag", tree.BASE_TAG)
+PLAIN_GIT_AM = """\
+ident=$(git var GIT_AUTHOR_IDENT | sed 's/> .*/>/')    # you author the commits
+grep '\\.patch$' patches/series | while read -r p; do sed "1a From: $ident" "patches/$p"; done |
+    git -C ../sources am
+"""
+
+
+def test_contributing_s_plain_git_am_applies_the_series_to_the_2_14_0_sources(tmp_path):
+    """No tool of ours: CONTRIBUTING's command, onto a repository of the base sources."""
+    with open(os.path.join(series.REPO_ROOT, "CONTRIBUTING.md"), encoding="utf-8") as f:
+        assert PLAIN_GIT_AM in f.read()
+    base = tmp_path / "sources"
+    tree.base_sources(str(base), "rtx")
+    git(base, "init", "-q")
+    git(base, "add", "-A")
+    git(base, "commit", "-qm", "2.14.0")
+    command = PLAIN_GIT_AM.replace("../sources", str(base))
+    subprocess.run(["bash", "-ec", command], cwd=series.REPO_ROOT, check=True)
+    patches = series.all_patches(series.read_series())
+    log = git(base, "log", "--reverse", "--format=%s|%an", f"HEAD~{len(patches)}..")
+    assert log.splitlines() == [f"{p.subject}|{CALLER[0]}" for p in patches]
+
+
+def test_refresh_refuses_dirty_trees_and_stray_heads(work, tmp_path):
+    out = repository_copy(tmp_path / "repo")
     enums = work / "py/torch_tensorrt/_enums.py"
     enums.write_text(enums.read_text() + "\n# x\n")
     with pytest.raises(PatchsetError, match="uncommitted changes"):
-        tree.refresh(str(work), str(tmp_path / "out"))
-    git(
-        work,
-        "-c",
-        "user.name=t",
-        "-c",
-        "user.email=t@e",
-        "commit",
-        "-qam",
-        "tweak enums",
-    )
-    with pytest.raises(
-        PatchsetError, match="'tweak enums' is not a new NNNN-short-name.patch"
-    ):
-        tree.refresh(str(work), str(tmp_path / "out"))
-    assert not (tmp_path / "out").exists(), "a refused refresh wrote files"
+        tree.refresh(str(work), str(out))
+    git(work, "checkout", "-q", "--", ".")
+    git(work, "checkout", "-q", "01-cpu-only")
+    with pytest.raises(PatchsetError, match="HEAD is not the last piece's branch"):
+        tree.refresh(str(work), str(out))
+    git(work, "branch", "-q", "-D", "02-mutation-lowering")
+    with pytest.raises(PatchsetError, match="branch 02-mutation-lowering is missing"):
+        tree.refresh(str(work), str(out))
+    assert filecmp.dircmp(series.PATCH_DIR, out / "patches").diff_files == []

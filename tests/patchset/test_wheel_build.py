@@ -97,7 +97,11 @@ def test_only_patched_and_new_files_differ(built):
     strip = lambda n: n.split("/", 1)[1] if ".dist-info/" in n else n  # noqa: E731
     new = {strip(k): v for k, v in new.items()}
     old = {strip(k): v for k, v in old.items()}
-    patched = {f[len("py/") :] for p in series.read_series() for f in p.touched_files()}
+    patched = {
+        f[len("py/") :]
+        for p in series.all_patches(series.read_series())
+        for f in p.touched_files()
+    }
     added = set(wheelbuild.overlay_files())
     assert set(new) - set(old) == added
     assert set(old) - set(new) == set()

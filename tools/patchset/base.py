@@ -1,10 +1,5 @@
-"""Base wheels: which file, where it is cached, and that it is the pinned one.
-
-Every base wheel the patch set can be built on is pinned by sha256 in
-``base-wheels.sha256`` (``sha256sum`` format, one wheel file name per line).
-A file that is not pinned, or whose digest differs from its pin, is a hard
-error: nothing is patched or packed from it.
-"""
+"""Base wheels: which file, where it is cached, and that it is the one pinned by
+sha256 in ``base-wheels.sha256`` (anything else is refused)."""
 
 import hashlib
 import json
@@ -27,10 +22,9 @@ def load_pins(path: str = PINS_FILE) -> Dict[str, str]:
     pins: Dict[str, str] = {}
     with open(path, encoding="utf-8") as f:
         for lineno, line in enumerate(f, 1):
-            line = line.strip()
-            if not line or line.startswith("#"):
-                continue
             parts = line.split()
+            if not parts or parts[0].startswith("#"):
+                continue
             if len(parts) != 2 or len(parts[0]) != 64:
                 raise PatchsetError(
                     f"{path}:{lineno}: expected '<sha256>  <wheel file name>'"
@@ -51,14 +45,8 @@ def current_platform_tag() -> str:
         return "win_amd64"
     raise PatchsetError(
         f"unsupported platform {system}/{machine}: base wheels exist for "
-        "manylinux_2_28_x86_64, manylinux_2_28_aarch64 and win_amd64 "
-        "(choose one with --platform)"
+        "manylinux_2_28_x86_64, manylinux_2_28_aarch64 and win_amd64 (--platform)"
     )
-
-
-def wheel_filename(flavour: str, python_tag: str, platform_tag: str) -> str:
-    dist = FLAVOURS[flavour]
-    return f"{dist}-{BASE_VERSION}-{python_tag}-{python_tag}-{platform_tag}.whl"
 
 
 def pinned_filename(flavour: str, python_tag: str, platform_tag: str) -> str:
@@ -67,68 +55,54 @@ def pinned_filename(flavour: str, python_tag: str, platform_tag: str) -> str:
         raise PatchsetError(
             f"unknown flavour {flavour!r}: expected one of {sorted(FLAVOURS)}"
         )
-    name = wheel_filename(flavour, python_tag, platform_tag)
+    dist = FLAVOURS[flavour]
+    name = f"{dist}-{BASE_VERSION}-{python_tag}-{python_tag}-{platform_tag}.whl"
     pins = load_pins()
     if name not in pins:
-        available = sorted(
-            n.split("-")[2] + "/" + n.split("-")[4][: -len(".whl")]
-            for n in pins
-            if n.startswith(FLAVOURS[flavour] + "-")
-        )
+        tags = [n[: -len(".whl")].split("-") for n in pins if n.startswith(dist + "-")]
+        available = ", ".join(sorted(f"{t[2]}/{t[4]}" for t in tags))
         raise PatchsetError(
-            f"no pinned {FLAVOURS[flavour]} {BASE_VERSION} wheel for {python_tag}/{platform_tag}; "
-            f"pinned: {', '.join(available)}"
+            f"no pinned {dist} {BASE_VERSION} wheel for {python_tag}/{platform_tag}; "
+            f"pinned: {available}"
         )
     return name
 
 
 def cache_dir() -> str:
-    root = os.environ.get("TORCHTRT_PATCHSET_CACHE")
-    if not root:
-        xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(
-            os.path.expanduser("~"), ".cache"
-        )
-        root = os.path.join(xdg, "torch-tensorrt-patchset")
+    root = os.environ.get("TORCHTRT_PATCHSET_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"),
+        "torch-tensorrt-patchset",
+    )
     os.makedirs(root, exist_ok=True)
     return root
 
 
-def sha256_of(path: str) -> str:
+def verify(path: str, expected: Optional[str] = None) -> None:
+    """Raise unless ``path`` is a pinned wheel with the pinned (or ``expected``) digest."""
+    name = os.path.basename(path)
+    expected = expected or load_pins().get(name)
+    if expected is None:
+        raise PatchsetError(
+            f"{name} is not pinned in base-wheels.sha256; refusing to use it"
+        )
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
-    return h.hexdigest()
-
-
-def verify(path: str, expected: Optional[str] = None) -> None:
-    """Raise unless ``path`` is a pinned wheel with the pinned digest."""
-    name = os.path.basename(path)
-    pins = load_pins()
-    if expected is None:
-        if name not in pins:
-            raise PatchsetError(
-                f"{name} is not pinned in base-wheels.sha256; refusing to use it"
-            )
-        expected = pins[name]
-    actual = sha256_of(path)
-    if actual != expected:
+    if h.hexdigest() != expected:
         raise PatchsetError(
-            f"sha256 mismatch for {name}: pinned {expected}, got {actual}; refusing to use it"
+            f"sha256 mismatch for {name}: pinned {expected}, got {h.hexdigest()}; "
+            "refusing to use it"
         )
-
-
-def _index_url() -> str:
-    return os.environ.get("TORCHTRT_PATCHSET_INDEX_URL", DEFAULT_INDEX).rstrip("/")
 
 
 def _download(name: str, dest: str) -> None:
     project = name.split("-")[0].replace("_", "-")
-    index = f"{_index_url()}/{project}/"
-    request = urllib.request.Request(
-        index, headers={"Accept": "application/vnd.pypi.simple.v1+json"}
-    )
+    index_url = os.environ.get("TORCHTRT_PATCHSET_INDEX_URL", DEFAULT_INDEX)
+    index = f"{index_url.rstrip('/')}/{project}/"
+    accept = {"Accept": "application/vnd.pypi.simple.v1+json"}
     try:
+        request = urllib.request.Request(index, headers=accept)
         with urllib.request.urlopen(request, timeout=120) as response:
             files = json.load(response)["files"]
         url = next((f["url"] for f in files if f["filename"] == name), None)
@@ -136,10 +110,9 @@ def _download(name: str, dest: str) -> None:
             raise PatchsetError(
                 f"base wheel not downloadable: {name} is not listed at {index}"
             )
-        with urllib.request.urlopen(url, timeout=600) as response, open(
-            dest, "wb"
-        ) as out:
-            shutil.copyfileobj(response, out)
+        with urllib.request.urlopen(url, timeout=600) as response:
+            with open(dest, "wb") as out:
+                shutil.copyfileobj(response, out)
     except (urllib.error.URLError, OSError, ValueError, KeyError) as e:
         raise PatchsetError(
             f"base wheel not downloadable: {name} from {index}: {e}"

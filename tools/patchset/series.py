@@ -1,194 +1,276 @@
-"""The quilt-style series: reading it, checking headers, applying patches.
-
-Patches use upstream's layout (``a/py/torch_tensorrt/...``) and may only touch
-files under ``py/torch_tensorrt/`` (whole new code goes into ``py/`` as new
-modules, never into a patch). A patch is applied with ``git apply``, which
-applies a patch entirely or not at all; on failure the patch is re-tried with
-``--reject`` in a scratch copy to name each failing file and hunk.
-"""
+"""The series: ``patches/series`` (the stack of upstream PRs, each a ``[piece-id]
+Title`` line, ``decide:`` lines, its patches and new files) and the patch mails,
+whose DEP-3 fields (``Adds``: the new files of its commit) end the body."""
 
 import os
 import re
-import shutil
 import subprocess
-import tempfile
 from dataclasses import dataclass
-from typing import List, Optional, Sequence
+from typing import Dict, List, Sequence, Tuple
 
 from . import REPO_ROOT, PatchsetError
 
 PATCH_DIR = os.path.join(REPO_ROOT, "patches")
-SERIES_FILE = os.path.join(PATCH_DIR, "series")
+SERIES = "series"
 PACKAGE_PREFIX = "py/torch_tensorrt/"
+NEW_FILE_ROOTS = ("py", "tests/py", "tests/examples", "docsrc", "examples")
+LOCAL_ONLY = ("tests/examples/",)  # tests of this repository's README and example
+REQUIRED_FIELDS = ("Origin", "Forwarded", "Last-Update")
 
-_NAME_RE = re.compile(r"^\d{4}-[a-z0-9][a-z0-9-]*\.patch$")
-# No "Author": the exported commits are authored by the maintainer who exports
-# them (export --author, by default their git identity)
-REQUIRED_HEADER_FIELDS = ("Description", "Origin", "Forwarded", "Last-Update")
+NAME_RE = re.compile(r"^\d{4}-[a-z0-9][a-z0-9-]*\.patch$")
+_SECTION_RE = re.compile(r"^\[(?P<id>[a-z0-9][a-z0-9-]*)\]\s+(?P<title>\S.*)$")
+_FIELD_RE = re.compile(r"^(?P<key>[A-Z][A-Za-z0-9-]*):(?:[ \t]+(?P<value>.*))?$")
+_CACHE_DIRS = ("__pycache__", ".pytest_cache", ".mypy_cache")
+
+Section = Tuple[str, str, List[str], List[str]]  # id, title, decisions, entries
+
+
+def source_files(root: str) -> List[str]:
+    """Files below ``root`` (relative, ``/``-separated, sorted), without caches."""
+    files = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if d not in _CACHE_DIRS)
+        for name in sorted(filenames):
+            if not name.endswith((".pyc", ".pyo")):
+                full = os.path.join(dirpath, name)
+                files.append(os.path.relpath(full, root).replace(os.sep, "/"))
+    return files
+
+
+def new_files(root: str = REPO_ROOT) -> List[str]:
+    """Every file the patch set adds to upstream, repository-relative."""
+    roots = [r for r in NEW_FILE_ROOTS if os.path.isdir(os.path.join(root, r))]
+    return [f"{r}/{f}" for r in roots for f in source_files(os.path.join(root, r))]
+
+
+def is_test(path: str) -> bool:
+    return bool(re.match(r"tests/(.*/)?test_[^/]*\.py$", path))
+
+
+class Patch:
+    """One patch mail: subject, description, DEP-3 fields and diff."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.name = os.path.basename(path)
+        with open(path, encoding="utf-8") as f:
+            self.text = f.read()
+        head, _, rest = self.text.partition("\n\n")
+        self.headers: Dict[str, str] = {}
+        for line in head.splitlines():
+            if line[:1] in (" ", "\t") and self.headers:
+                self.headers[list(self.headers)[-1]] += " " + line.strip()
+            elif ":" in line and not line.startswith("From "):
+                key, _, value = line.partition(":")
+                self.headers[key.strip().lower()] = value.strip()
+        cut = re.search(r"^diff --git ", rest, re.M)
+        self.diff = rest[cut.start() :] if cut else ""
+        body = (rest[: cut.start()] if cut else rest).rstrip()
+        body = re.sub(r"\n?^---$\Z", "", body, flags=re.M).strip("\n")
+        paragraphs = body.split("\n\n") if body else []
+        self.fields: List[Tuple[str, str]] = []
+        if paragraphs and _FIELD_RE.match(paragraphs[-1].partition("\n")[0]):
+            for line in paragraphs.pop().splitlines():
+                m = _FIELD_RE.match(line)
+                if m:
+                    self.fields.append((m["key"], (m["value"] or "").strip()))
+                elif self.fields and line[:1] in (" ", "\t"):
+                    key, value = self.fields[-1]
+                    self.fields[-1] = (key, f"{value}\n{line.strip()}".strip())
+        self.description = "\n\n".join(paragraphs)
+
+    @property
+    def subject(self) -> str:
+        return re.sub(r"^\[PATCH[^\]]*\]\s*", "", self.headers.get("subject", ""))
+
+    def field(self, key: str) -> List[str]:
+        return [value for k, value in self.fields if k.lower() == key.lower()]
+
+    @property
+    def adds(self) -> List[str]:
+        return [path for value in self.field("Adds") for path in value.split()]
+
+    @property
+    def message(self) -> str:
+        """The commit message upstream gets: subject and description, no DEP-3 fields."""
+        if not self.subject:
+            raise PatchsetError(f"{self.name}: the mail has no Subject")
+        body = f"\n\n{self.description}" if self.description else ""
+        return f"{self.subject}{body}\n"
+
+    def touched_files(self) -> List[str]:
+        return re.findall(r"^diff --git a/(\S+) b/\S+$", self.diff, re.M)
 
 
 @dataclass(frozen=True)
-class Patch:
-    name: str
-    path: str
+class Piece:
+    """One upstream PR: its patches, in order, and the new files they bring."""
 
-    def read(self) -> str:
-        with open(self.path, encoding="utf-8") as f:
-            return f.read()
-
-    @property
-    def header(self) -> str:
-        text = self.read()
-        cut = _first_diff_line(text)
-        return text[:cut]
+    id: str
+    title: str
+    decisions: Tuple[str, ...]
+    patches: Tuple[Patch, ...]
+    files: Tuple[str, ...]  # new files of the piece that no patch brings
 
     @property
-    def diff(self) -> str:
-        text = self.read()
-        return text[_first_diff_line(text) :]
+    def new_files(self) -> List[str]:
+        return [f for p in self.patches for f in p.adds] + list(self.files)
 
-    def touched_files(self) -> List[str]:
-        return [
-            m.group(1)
-            for m in re.finditer(r"^diff --git a/(\S+) b/\S+$", self.diff, re.M)
-        ]
+    @property
+    def exported_files(self) -> List[str]:
+        return [f for f in self.new_files if not f.startswith(LOCAL_ONLY)]
+
+    @property
+    def modules(self) -> List[str]:
+        """New modules, relative to ``py/`` (as they go into the wheel)."""
+        return [f[len("py/") :] for f in self.new_files if f.startswith("py/")]
+
+    @property
+    def tests(self) -> List[str]:
+        return [f for f in self.new_files if is_test(f)]
+
+    @property
+    def depends_on(self) -> List[str]:
+        found: List[str] = []
+        for patch in self.patches:
+            found += [v for v in patch.field("Depends-on") if v not in found]
+        return found
 
 
-def _first_diff_line(text: str) -> int:
-    m = re.search(r"^diff --git ", text, re.M)
-    if m is None:
-        m = re.search(r"^--- ", text, re.M)
-    return m.start() if m else len(text)
-
-
-def read_series(patch_dir: str = PATCH_DIR) -> List[Patch]:
-    series = os.path.join(patch_dir, "series")
-    if not os.path.exists(series):
-        raise PatchsetError(f"missing {series}")
-    patches = []
-    with open(series, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            name = line.split("#", 1)[0].strip()
-            if not name:
+def sections(path: str) -> List[Section]:
+    """The sections of a series file: (id, title, decisions, entries)."""
+    sections: List[Section] = []
+    with open(path, encoding="utf-8") as f:
+        for lineno, raw in enumerate(f, 1):
+            line = raw.strip()
+            if line.startswith("decide:") and sections:
+                sections[-1][2].append(line[len("decide:") :].strip())
                 continue
-            if not _NAME_RE.match(name):
+            line = line.split("#", 1)[0].strip()
+            if m := _SECTION_RE.match(line):
+                sections.append((m["id"], m["title"], [], []))
+            elif line and (line.startswith("[") or not sections):
                 raise PatchsetError(
-                    f"series:{lineno}: {name!r} is not NNNN-short-name.patch"
+                    f"{SERIES}:{lineno}: {line!r} is not '[piece-id] Title' or an "
+                    "entry of a piece"
                 )
-            path = os.path.join(patch_dir, name)
-            if not os.path.exists(path):
-                raise PatchsetError(
-                    f"series:{lineno}: {name} does not exist in patches/"
-                )
-            patches.append(Patch(name, path))
-    listed = {p.name for p in patches}
-    unlisted = sorted(
-        n for n in os.listdir(patch_dir) if n.endswith(".patch") and n not in listed
-    )
-    if unlisted:
-        raise PatchsetError(f"patches not listed in series: {', '.join(unlisted)}")
-    return patches
+            elif line:
+                sections[-1][3].append(line)
+    return sections
+
+
+def read_series(
+    patch_dir: str = PATCH_DIR, root: str = REPO_ROOT, check_files: bool = True
+) -> List[Piece]:
+    """The pieces of ``patch_dir/series``, checked against patches and new files."""
+    path = os.path.join(patch_dir, SERIES)
+    if not os.path.exists(path):
+        raise PatchsetError(f"missing {path}")
+    problems: List[str] = []
+    pieces: List[Piece] = []
+    brought: Dict[str, str] = {}
+    listed: List[str] = []
+    for piece_id, title, decisions, entries in sections(path):
+        if any(p.id == piece_id for p in pieces):
+            problems.append(f"piece '{piece_id}' is declared twice")
+        patches: List[Patch] = []
+        files: List[str] = []
+        for entry in entries:
+            if not entry.endswith(".patch"):
+                files.append(entry)
+            elif not NAME_RE.match(entry):
+                problems.append(f"{entry!r} is not NNNN-short-name.patch")
+            elif not os.path.exists(os.path.join(patch_dir, entry)):
+                problems.append(f"{entry} (piece '{piece_id}') does not exist")
+            elif entry in listed:
+                problems.append(f"{entry} is listed twice")
+            else:
+                patches.append(Patch(os.path.join(patch_dir, entry)))
+                listed.append(entry)
+        owners = [(p.name, p.adds) for p in patches] + [(f"piece '{piece_id}'", files)]
+        for owner, paths in owners:
+            for f in paths:
+                if f in brought:
+                    problems.append(f"{f} is brought by both {brought[f]} and {owner}")
+                brought.setdefault(f, owner)
+                if check_files and not os.path.isfile(os.path.join(root, f)):
+                    problems.append(f"{f} (brought by {owner}) does not exist")
+        pieces.append(
+            Piece(piece_id, title, tuple(decisions), tuple(patches), tuple(files))
+        )
+    for name in sorted(os.listdir(patch_dir)):
+        if name.endswith(".patch") and name not in listed:
+            problems.append(f"{name} is in patches/ but not in {SERIES}")
+    for f in new_files(root) if check_files else []:
+        if f not in brought:
+            problems.append(
+                f"{f} is brought by no patch (its Adds field) and no piece of {SERIES}"
+            )
+    if problems:
+        raise PatchsetError(f"{SERIES}: " + "; ".join(problems))
+    return pieces
+
+
+def all_patches(pieces: Sequence[Piece]) -> List[Patch]:
+    return [p for piece in pieces for p in piece.patches]
+
+
+def write_series(
+    path: str, sections: Sequence[Tuple[str, str, Sequence[str], Sequence[str]]]
+) -> None:
+    """Write sections to the series file at ``path``, keeping its leading comments."""
+    preamble = []
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                if line.strip() and not line.startswith("#"):
+                    break
+                preamble.append(line)
+    lines = []
+    for piece_id, title, decisions, entries in sections:
+        lines += [f"[{piece_id}] {title}", *[f"decide: {d}" for d in decisions]]
+        lines += [*entries, ""]
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("".join(preamble) + "\n".join(lines))
 
 
 def header_problems(patch: Patch) -> List[str]:
-    """What is missing from a patch's DEP-3 header (empty when it is complete)."""
-    header = patch.header
-    problems = [
-        f"{patch.name}: header lacks '{field}:'"
-        for field in REQUIRED_HEADER_FIELDS
-        if not re.search(rf"^{field}: \S", header, re.M)
+    """What is missing from a patch's mail and DEP-3 fields (empty when complete)."""
+    problems = [] if patch.subject else [f"{patch.name}: the mail has no Subject"]
+    problems += [
+        f"{patch.name}: lacks the DEP-3 field '{key}:'"
+        for key in REQUIRED_FIELDS
+        if not any(patch.field(key))
     ]
-    if not re.search(r"^(Bug|Bug-[A-Za-z]+): \S", header, re.M):
-        problems.append(
-            f"{patch.name}: header lacks 'Bug:' (the related upstream issue or PR)"
-        )
+    if not any(k == "Bug" or k.startswith("Bug-") for k, v in patch.fields if v):
+        problems.append(f"{patch.name}: lacks 'Bug:' (the upstream issue or PR)")
     for path in patch.touched_files():
         if not path.startswith(PACKAGE_PREFIX):
             problems.append(f"{patch.name}: touches {path}, outside {PACKAGE_PREFIX}")
         elif path.startswith(PACKAGE_PREFIX + "fx/"):
-            problems.append(
-                f"{patch.name}: touches {path}; fx/ is not shipped by the RTX flavour"
-            )
+            problems.append(f"{patch.name}: touches {path}; the RTX wheel has no fx/")
     if re.search(r"^new file mode", patch.diff, re.M):
         problems.append(
-            f"{patch.name}: creates a file; new modules belong in py/, not in a patch"
+            f"{patch.name}: creates a file; new files live in this repository and "
+            "are named in the patch's Adds field"
         )
     return problems
 
 
-def _git_apply(args: Sequence[str], cwd: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        ["git", "apply", "--whitespace=nowarn", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        env={**os.environ, "GIT_DIR": os.devnull},
-    )
-
-
-def rejected_hunks(patch: Patch, tree: str, strip: int) -> List[str]:
-    """Name each file/hunk of ``patch`` that does not apply to ``tree``.
-
-    The files the patch touches are copied into a scratch directory and the patch
-    is re-applied there with ``--reject --verbose``, whose report names every
-    rejected hunk; ``tree`` itself stays untouched.
-    """
-    scratch = tempfile.mkdtemp(prefix="patchset-reject-")
-    try:
-        for path in patch.touched_files():
-            rel = path.split("/", strip - 1)[-1]
-            src = os.path.join(tree, rel)
-            if os.path.isfile(src):
-                dest = os.path.join(scratch, rel)
-                os.makedirs(os.path.dirname(dest), exist_ok=True)
-                shutil.copyfile(src, dest)
-        result = _git_apply(
-            [f"-p{strip}", "--reject", "--verbose", patch.path], scratch
-        )
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-    failures = []
-    current = "?"
-    for line in (result.stderr + result.stdout).splitlines():
-        m = re.match(
-            r"(?:Checking|Applying) patch (\S+?)(?:\.\.\.| with \d+ rejects?\.\.\.)$",
-            line,
-        )
-        if m:
-            current = m.group(1)
-            continue
-        m = re.match(r"Rejected hunk #(\d+)\.$", line)
-        if m:
-            failures.append(f"{current} hunk #{m.group(1)}")
-            continue
-        m = re.match(
-            r"error: (\S+): (?:No such file or directory|does not exist in index)$",
-            line,
-        )
-        if m:
-            failures.append(f"{m.group(1)}: does not exist")
-            continue
-        m = re.match(
-            r"error: (\S+): already exists in (?:working directory|index)$", line
-        )
-        if m:
-            failures.append(f"{m.group(1)}: already exists")
-    return failures or [(result.stderr or result.stdout).strip().splitlines()[-1]]
-
-
 def apply_patch(patch: Patch, tree: str, strip: int) -> None:
-    """Apply one patch to ``tree`` completely, or raise naming patch, file and hunk."""
-    result = _git_apply([f"-p{strip}", patch.path], tree)
+    """Apply one patch to ``tree`` completely, or raise with git's reasons."""
+    argv = ["git", "apply", "--whitespace=nowarn", f"-p{strip}", patch.path]
+    env = {**os.environ, "GIT_DIR": os.devnull}
+    result = subprocess.run(argv, cwd=tree, capture_output=True, text=True, env=env)
     if result.returncode != 0:
-        failures = rejected_hunks(patch, tree, strip)
-        raise PatchsetError(f"patch {patch.name} does not apply: {'; '.join(failures)}")
+        errors = result.stderr.splitlines()
+        reasons = [line[7:] for line in errors if line.startswith("error: ")]
+        raise PatchsetError(
+            f"patch {patch.name} does not apply: {'; '.join(reasons) or result.stderr}"
+        )
 
 
-def apply_series(
-    tree: str, strip: int, patches: Optional[List[Patch]] = None
-) -> List[Patch]:
-    """Apply the whole series in order; ``strip`` is 1 for upstream layout, 2 for a wheel."""
-    patches = read_series() if patches is None else patches
+def apply_series(tree: str, strip: int, patches: Sequence[Patch]) -> None:
+    """Apply ``patches`` in order; ``strip`` is 1 for upstream layout, 2 for a wheel."""
     for patch in patches:
         apply_patch(patch, tree, strip)
-    return patches

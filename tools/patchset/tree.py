@@ -1,307 +1,259 @@
-"""Patched source trees: 2.14.0 base sources, series applied, ``py/`` overlay.
+"""Patched source trees: ``materialize`` (``git am`` of each patch with its ``Adds``,
+a branch per piece) and back, ``refresh`` (``git format-patch``, a ``Patch-Name``
+line naming each patch; a commit of new files only gives them to its piece)."""
 
-``base_sources`` extracts the Python sources of a verified base wheel into
-upstream's layout (``py/torch_tensorrt/...``). ``patched_tree`` applies the
-series and the overlay to them. ``materialize`` turns that into a git
-repository with one commit per patch for editing; ``refresh`` turns such a
-repository back into ``patches/``, ``py/`` and ``tests/py/``.
-"""
-
+import filecmp
 import glob
 import os
 import re
 import shutil
-import subprocess
 import tempfile
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
-from . import BASE_VERSION, REPO_ROOT, PatchsetError, base, series, wheelbuild
+from . import BASE_VERSION, REPO_ROOT, PatchsetError, base, git, run_git, series
+from .wheelbuild import run_wheel_cli
 
 BASE_TAG = "patchset-base"
-OVERLAY_SUBJECT = "overlay: new modules and tests of the patch set"
-TESTS_ROOT = os.path.join(REPO_ROOT, "tests", "py")
+PATCH_NAME = "Patch-Name"
 
 
-def _git(args: List[str], cwd: str, input_text: Optional[str] = None) -> str:
-    result = subprocess.run(
-        ["git", *args], cwd=cwd, capture_output=True, text=True, input=input_text
-    )
-    if result.returncode != 0:
-        detail = (result.stderr or result.stdout).strip().splitlines()
-        raise PatchsetError(
-            f"git {args[0]} failed in {cwd}: {detail[-1] if detail else result.returncode}"
-        )
-    return result.stdout
-
-
-def _git_identity(cwd: str) -> None:
-    for key, value in (("user.name", "patchset"), ("user.email", "patchset@localhost")):
-        _git(["config", key, value], cwd)
-
-
-def base_sources(
-    dest: str,
-    flavour: str = "standard",
-    python_tag: Optional[str] = None,
-    platform_tag: Optional[str] = None,
-) -> List[str]:
-    """Write the base wheel's ``.py`` files to ``dest/py/torch_tensorrt/...``; return their paths."""
+def base_sources(dest: str, flavour: str = "standard") -> List[str]:
+    """Write the base wheel's ``.py`` files to ``dest/py/...``; return their paths."""
     wheel = base.fetch_base_wheel(
-        flavour,
-        python_tag or base.current_python_tag(),
-        platform_tag or base.current_platform_tag(),
+        flavour, base.current_python_tag(), base.current_platform_tag()
     )
     work = tempfile.mkdtemp(prefix="patchset-src-")
     try:
-        wheelbuild.run_wheel_cli(["unpack", "--dest", work, wheel], work)
+        run_wheel_cli(["unpack", "--dest", work, wheel], work)
         (root,) = glob.glob(os.path.join(work, f"*-{BASE_VERSION}"))
         files = []
-        for path in sorted(
-            glob.glob(
-                os.path.join(root, "torch_tensorrt", "**", "*.py"), recursive=True
-            )
-        ):
+        pattern = os.path.join(root, "torch_tensorrt", "**", "*.py")
+        for path in sorted(glob.glob(pattern, recursive=True)):
             rel = "py/" + os.path.relpath(path, root).replace(os.sep, "/")
-            target = os.path.join(dest, rel)
-            os.makedirs(os.path.dirname(target), exist_ok=True)
-            shutil.copyfile(path, target)
+            os.makedirs(os.path.dirname(os.path.join(dest, rel)), exist_ok=True)
+            shutil.copyfile(path, os.path.join(dest, rel))
             files.append(rel)
         return files
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def copy_overlay(dest: str, with_tests: bool = True) -> List[str]:
-    """Copy ``py/`` new modules (and ``tests/py``) into a tree in upstream layout."""
-    copied = []
-    for rel in wheelbuild.overlay_files():
-        target = os.path.join(dest, "py", rel)
-        if os.path.exists(target):
-            raise PatchsetError(f"py/{rel} would overwrite an upstream file")
+def copy_files(dest: str, files: Sequence[str], root: str = REPO_ROOT) -> None:
+    """Copy new files (repository-relative) into ``dest``; never over an upstream file."""
+    for rel in files:
+        target = os.path.join(dest, rel)
+        if os.path.lexists(target):
+            raise PatchsetError(f"{rel} would overwrite an upstream file")
         os.makedirs(os.path.dirname(target), exist_ok=True)
-        shutil.copy2(os.path.join(wheelbuild.OVERLAY_ROOT, rel), target)
-        copied.append("py/" + rel)
-    if with_tests:
-        for rel in wheelbuild.source_files(TESTS_ROOT):
-            target = os.path.join(dest, "tests", "py", rel)
-            os.makedirs(os.path.dirname(target), exist_ok=True)
-            shutil.copy2(os.path.join(TESTS_ROOT, rel), target)
-            copied.append("tests/py/" + rel)
-    return copied
+        shutil.copy2(os.path.join(root, rel), target)
 
 
 def patched_tree(
     dest: str, flavour: str = "standard", with_tests: bool = False
 ) -> None:
-    """Base sources of ``flavour`` + series + overlay, in upstream layout, at ``dest``."""
+    """Base sources of ``flavour`` + series + new modules (and tests), at ``dest``."""
+    pieces = series.read_series()
     base_sources(dest, flavour)
-    series.apply_series(dest, strip=1)
-    copy_overlay(dest, with_tests=with_tests)
+    series.apply_series(dest, 1, series.all_patches(pieces))
+    files = [f for piece in pieces for f in piece.new_files]
+    copy_files(dest, [f for f in files if with_tests or f.startswith("py/")])
 
 
-def _empty_target(dest: str) -> None:
-    if os.path.exists(dest) and (not os.path.isdir(dest) or os.listdir(dest)):
-        raise PatchsetError(f"{dest} exists and is not an empty directory")
+def identity(repo: str) -> str:
+    """``Name <email>`` of whoever runs the tools: the author of the commits they make."""
+    ident = run_git(repo, ["var", "GIT_AUTHOR_IDENT"])
+    if ident.returncode or run_git(repo, ["var", "GIT_COMMITTER_IDENT"]).returncode:
+        raise PatchsetError("no git identity to commit with: set user.name, user.email")
+    return ident.stdout.rsplit(" ", 2)[0]
+
+
+def am(
+    work: str,
+    patch: series.Patch,
+    files: Sequence[str],
+    message: Optional[str],
+    root: str = REPO_ROOT,
+) -> List[str]:
+    """``git am`` a patch, authored by :func:`identity` (the mails name nobody), and
+    amend it with ``files`` and ``message`` (``+...``: appended to the mail's); return
+    git's reasons if it does not apply (nothing committed)."""
+    first, _, rest = patch.text.partition("\n")
+    mail = f"{first}\nFrom: {identity(work)}\n{rest}"
+    result = run_git(work, ["am", "-q", "--whitespace=nowarn"], mail)
+    if result.returncode != 0:
+        run_git(work, ["am", "--abort"])
+        output = (result.stderr + result.stdout).strip().splitlines()
+        reasons = [line[7:] for line in output if line.startswith("error: ")]
+        return reasons or output[-1:] or ["git am failed"]
+    copy_files(work, files, root)
+    if files:
+        git(work, ["add", "--", *files])
+    if message and message.startswith("+"):
+        mail = git(work, ["log", "-1", "--format=%B"]).rstrip("\n")
+        message = f"{mail}\n{message[1:]}"
+    amend = ["commit", "-q", "--amend", "--no-verify", "--allow-empty"]
+    amend += ["--cleanup=verbatim", "-F", "-"] if message else ["--no-edit"]
+    git(work, amend, message)
+    return []
 
 
 def materialize(dest: str, flavour: str = "standard") -> int:
-    """Create a git repository at ``dest``: base commit, one commit per patch, overlay commit."""
+    """Create the git repository at ``dest``; return the number of patch commits."""
     dest = os.path.abspath(dest)
-    _empty_target(dest)
-    parent = os.path.dirname(dest)
-    os.makedirs(parent, exist_ok=True)
-    work = tempfile.mkdtemp(prefix=".materialize-", dir=parent)
+    if os.path.exists(dest) and (not os.path.isdir(dest) or os.listdir(dest)):
+        raise PatchsetError(f"{dest} exists and is not an empty directory")
+    pieces = series.read_series()
+    os.makedirs(os.path.dirname(dest), exist_ok=True)
+    work = tempfile.mkdtemp(prefix=".materialize-", dir=os.path.dirname(dest))
     try:
-        _git(["init", "-q", "-b", "main"], work)
-        _git_identity(work)
+        git(work, ["init", "-q", "-b", f"01-{pieces[0].id}"])
+        identity(work)
         base_sources(work, flavour)
-        _git(["add", "-A"], work)
-        _git(
-            [
-                "commit",
-                "-q",
-                "-m",
-                f"base: torch-tensorrt {BASE_VERSION} wheel sources ({flavour})",
-            ],
-            work,
-        )
-        _git(["tag", BASE_TAG], work)
-        patches = series.read_series()
-        for patch in patches:
-            series.apply_patch(patch, work, strip=1)
-            _git(["add", "-A"], work)
-            message = f"{patch.name}\n\n{patch.header.rstrip()}\n"
-            _git(
-                ["commit", "-q", "--allow-empty", "--cleanup=verbatim", "-F", "-"],
-                work,
-                message,
-            )
-        copy_overlay(work)
-        _git(["add", "-A"], work)
-        _git(["commit", "-q", "--allow-empty", "-m", OVERLAY_SUBJECT], work)
+        git(work, ["add", "-A"])
+        subject = f"base: torch-tensorrt {BASE_VERSION} wheel sources ({flavour})"
+        git(work, ["commit", "-q", "-m", subject])
+        git(work, ["tag", BASE_TAG])
+        for k, piece in enumerate(pieces, 1):
+            if k > 1:
+                git(work, ["checkout", "-q", "-b", f"{k:02d}-{piece.id}"])
+            for patch in piece.patches:
+                failed = am(work, patch, patch.adds, f"+{PATCH_NAME}: {patch.name}\n")
+                if failed:
+                    reasons = "; ".join(failed)
+                    raise PatchsetError(f"patch {patch.name} does not apply: {reasons}")
+            if piece.files:
+                copy_files(work, piece.files)
+                git(work, ["add", "--", *piece.files])
+                git(work, ["commit", "-q", "-m", f"{piece.id}: new files of the piece"])
         if os.path.isdir(dest):
             os.rmdir(dest)
         os.rename(work, dest)
-        return len(patches)
+        return len(series.all_patches(pieces))
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def _changes(tree: str, commit: str) -> List[Tuple[str, str]]:
-    out = _git(
-        [
-            "diff-tree",
-            "--no-commit-id",
-            "--no-renames",
-            "-r",
-            "--name-status",
-            f"{commit}^",
-            commit,
-        ],
-        tree,
-    )
-    return [tuple(line.split("\t", 1)) for line in out.splitlines() if line]  # type: ignore[misc]
+def _mail(tree: str, commit: str, paths: Sequence[str], adds: Sequence[str]) -> str:
+    """``git format-patch`` of a commit without author, date and ``Patch-Name``, with ``Adds``."""
+    args = ["format-patch", "-1", "--stdout", "--zero-commit", "--no-numbered"]
+    args += ["--no-stat", "--no-signature", "--no-renames", commit, "--", *paths]
+    head, _, rest = git(tree, args).partition("\n\n")
+    head = re.sub(r"^(?:From|Date): .*\n(?:[ \t].*\n)*", "", head + "\n", flags=re.M)
+    body, diff = re.split(r"^(?=diff --git )", rest, maxsplit=1, flags=re.M)
+    body = re.sub(rf"^(?:{PATCH_NAME}|Adds):.*\n(?:[ \t].*\n)*", "", body, flags=re.M)
+    body = body.rstrip("\n") + ("\nAdds: " + "\n ".join(adds) if adds else "")
+    return f"{head.rstrip()}\n\n{body}\n\n{diff}"
+
+
+def _patch_name(tree: str, commit: str, taken: List[str], used: List[str]) -> str:
+    """The ``Patch-Name`` of ``commit``, or a new name from its subject."""
+    message = git(tree, ["log", "-1", "--format=%B", commit])
+    m = re.search(rf"^{PATCH_NAME}: (\S+)$", message, re.M)
+    number = max((int(n[:4]) for n in taken + used), default=0) + 1
+    subject = message.partition("\n")[0].lower().split(":", 1)[-1]
+    slug = re.sub(r"[^a-z0-9]+", "-", subject).strip("-")[:50].rstrip("-")
+    name = m[1] if m else f"{number:04d}-{slug or 'patch'}.patch"
+    if not series.NAME_RE.match(name) or name in used:
+        raise PatchsetError(
+            f"commit {commit[:10]}: {name!r} is not a new NNNN-short-name.patch"
+        )
+    used.append(name)
+    return name
 
 
 def refresh(tree: str, out_root: str = REPO_ROOT) -> Tuple[int, int]:
-    """Regenerate ``patches/``, ``py/`` and ``tests/py/`` from a materialized tree.
-
-    Commits after the base that modify base files are patches: their message's
-    first line is the patch file name, the rest its header. Files the base does
-    not have are new modules or tests, taken from the tree's HEAD.
-    ``out_root`` is the patch-set repository to write into (this one by default).
-    Returns (number of patches, number of overlay files).
-    """
+    """Regenerate ``patches/`` and the new files of ``out_root``; return their counts."""
     tree = os.path.abspath(tree)
-    try:
-        _git(["rev-parse", "--verify", "-q", BASE_TAG], tree)
-    except PatchsetError:
-        raise PatchsetError(
-            f"{tree} is not a materialized tree (no '{BASE_TAG}' tag)"
-        ) from None
-    if _git(["status", "--porcelain"], tree).strip():
+    if run_git(tree, ["rev-parse", "--verify", "-q", BASE_TAG]).returncode != 0:
+        raise PatchsetError(f"{tree} is not a materialized tree (no '{BASE_TAG}' tag)")
+    if git(tree, ["status", "--porcelain"]).strip():
         raise PatchsetError(f"{tree} has uncommitted changes; commit them first")
-    base_files = set(_git(["ls-tree", "-r", "--name-only", BASE_TAG], tree).split())
-    staged = tempfile.mkdtemp(prefix="patchset-refresh-")
-    try:
-        names: List[str] = []
-        for commit in _git(
-            ["rev-list", "--reverse", f"{BASE_TAG}..HEAD"], tree
-        ).split():
-            touched = []
-            for status, path in _changes(tree, commit):
-                if path in base_files:
-                    if status != "M":
-                        raise PatchsetError(
-                            f"commit {commit[:10]} {'deletes' if status == 'D' else 'changes mode of'} upstream file {path}"
-                        )
-                    touched.append(path)
-            if not touched:
-                continue
-            message = _git(["log", "-1", "--format=%B", commit], tree)
-            name, _, header = message.partition("\n")
-            name = name.strip()
-            if not series._NAME_RE.match(name) or name in names:
-                raise PatchsetError(
-                    f"commit {commit[:10]} changes upstream files but its first line {name!r} is not a "
-                    "new NNNN-short-name.patch"
-                )
-            diff = _git(
-                [
-                    "diff",
-                    "--no-color",
-                    "--no-renames",
-                    f"{commit}^",
-                    commit,
-                    "--",
-                    *touched,
-                ],
-                tree,
+    patch_dir = os.path.join(out_root, "patches")
+    pieces = series.sections(os.path.join(patch_dir, series.SERIES))
+    branches = [f"{k:02d}-{piece[0]}" for k, piece in enumerate(pieces, 1)]
+    base_files = set(git(tree, ["ls-tree", "-r", "--name-only", BASE_TAG]).split())
+    head_files = git(tree, ["ls-tree", "-r", "--name-only", "HEAD"]).split()
+    final = [f for f in head_files if f not in base_files]
+    for f in final:
+        if not f.startswith(tuple(r + "/" for r in series.NEW_FILE_ROOTS)):
+            roots = ", ".join(series.NEW_FILE_ROOTS)
+            raise PatchsetError(f"{f} is a new file outside {roots}")
+    # First pass: the commit (and piece) bringing each new file, each patch's name.
+    owner: Dict[str, Tuple[int, str]] = {}
+    patches: List[Tuple[int, str, str, List[str]]] = []  # piece, commit, name, paths
+    taken = [n for n in os.listdir(patch_dir) if series.NAME_RE.match(n)]
+    used: List[str] = []
+    previous = BASE_TAG
+    diff_tree = ["diff-tree", "-r", "--no-renames", "--name-status"]
+    for k, branch in enumerate(branches):
+        if run_git(tree, ["merge-base", "--is-ancestor", previous, branch]).returncode:
+            raise PatchsetError(
+                f"branch {branch} is missing or not on {previous}: the tree has one "
+                f"branch per piece of {series.SERIES}, each on the one before"
             )
-            diff = re.sub(r"^index [0-9a-f]+\.\.[0-9a-f]+.*\n", "", diff, flags=re.M)
-            with open(os.path.join(staged, name), "w", encoding="utf-8") as f:
-                f.write(header.strip("\n") + "\n\n" + diff)
-            names.append(name)
-        with open(os.path.join(staged, "series"), "w", encoding="utf-8") as f:
-            f.write("".join(n + "\n" for n in names))
-        head_files = _git(["ls-tree", "-r", "--name-only", "HEAD"], tree).split()
-        overlay = [f for f in head_files if f not in base_files]
-        for rel in overlay:
-            if not (
-                rel.startswith("py/torch_tensorrt/") or rel.startswith("tests/py/")
-            ):
-                raise PatchsetError(
-                    f"{rel} is neither a new module under py/torch_tensorrt/ nor a test under tests/py/"
-                )
-        # Files of patches/ that no commit makes (the stack) stay as they are
-        kept = os.path.join(out_root, "patches")
-        for name in os.listdir(kept) if os.path.isdir(kept) else ():
-            if name != "series" and not name.endswith(".patch"):
-                if not os.path.exists(os.path.join(staged, name)):
-                    shutil.copy2(os.path.join(kept, name), os.path.join(staged, name))
-        # Everything is computed: now replace the repository's copies.
-        _replace_dir(staged, kept)
-        _sync_files(
-            tree,
-            [f for f in overlay if f.startswith("py/")],
-            os.path.join(out_root, "py"),
-            "py/",
+        revs = git(tree, ["rev-list", "--reverse", f"{previous}..{branch}"]).split()
+        for commit in revs:
+            changes = git(tree, [*diff_tree, f"{commit}^", commit])
+            upstream = []
+            for status, path in (line.split("\t", 1) for line in changes.splitlines()):
+                if path in base_files and status[0] != "M":
+                    raise PatchsetError(
+                        f"commit {commit[:10]} deletes or retypes upstream file {path}"
+                    )
+                if path in base_files:
+                    upstream.append(path)
+                elif status[0] == "A":
+                    owner[path] = (k, commit)
+            if upstream:
+                name = _patch_name(tree, commit, taken, used)
+                patches.append((k, commit, name, upstream))
+        previous = branch
+    if git(tree, ["rev-parse", "HEAD"]) != git(tree, ["rev-parse", branches[-1]]):
+        raise PatchsetError(
+            f"HEAD is not the last piece's branch {branches[-1]}: check it out"
         )
-        _sync_files(
-            tree,
-            [f for f in overlay if f.startswith("tests/py/")],
-            os.path.join(out_root, "tests", "py"),
-            "tests/py/",
-        )
-        return len(names), len(overlay)
-    finally:
-        shutil.rmtree(staged, ignore_errors=True)
-
-
-def _replace_dir(src: str, dest: str) -> None:
-    os.makedirs(os.path.dirname(dest), exist_ok=True)
-    old = dest + ".old"
-    shutil.rmtree(old, ignore_errors=True)
-    shutil.copytree(src, dest + ".new")
-    if os.path.exists(dest):
-        os.rename(dest, old)
-    os.rename(dest + ".new", dest)
-    shutil.rmtree(old, ignore_errors=True)
-
-
-def _sync_files(tree: str, files: List[str], dest_root: str, prefix: str) -> None:
-    staged = tempfile.mkdtemp(prefix="patchset-sync-")
-    try:
-        for rel in files:
-            target = os.path.join(staged, rel[len(prefix) :])
-            os.makedirs(os.path.dirname(target), exist_ok=True)
-            shutil.copy2(os.path.join(tree, rel), target)
-        _replace_dir(staged, dest_root)
-    finally:
-        shutil.rmtree(staged, ignore_errors=True)
+    # Second pass: the mails and the series, made in memory, then written in one go.
+    mails: Dict[str, str] = {}
+    sections = []
+    for k, (piece_id, title, decisions, _) in enumerate(pieces):
+        for _, commit, name, upstream in (p for p in patches if p[0] == k):
+            adds = [f for f in final if owner.get(f) == (k, commit)]
+            mails[name] = _mail(tree, commit, upstream, adds)
+        brought = {p[1]: p[2] for p in patches if p[0] == k}
+        entries = list(brought.values())
+        entries += [f for f in final if owner[f][0] == k and owner[f][1] not in brought]
+        sections.append((piece_id, title, decisions, entries))
+    for name in os.listdir(patch_dir):
+        if name.endswith(".patch"):
+            os.unlink(os.path.join(patch_dir, name))
+    for name, text in mails.items():
+        with open(os.path.join(patch_dir, name), "w", encoding="utf-8") as out:
+            out.write(text)
+    series.write_series(os.path.join(patch_dir, series.SERIES), sections)
+    for root in series.NEW_FILE_ROOTS:
+        shutil.rmtree(os.path.join(out_root, root), ignore_errors=True)
+    for rel in final:
+        os.makedirs(os.path.dirname(os.path.join(out_root, rel)), exist_ok=True)
+        shutil.copyfile(os.path.join(tree, rel), os.path.join(out_root, rel))
+    return len(patches), len(final)
 
 
 def flavour_differences() -> Dict[str, str]:
     """Patched files that differ between the standard and RTX flavours (outside ``fx/``)."""
-    trees = {}
     root = tempfile.mkdtemp(prefix="patchset-parity-")
     try:
-        for flavour in ("standard", "rtx"):
-            trees[flavour] = os.path.join(root, flavour)
-            patched_tree(trees[flavour], flavour)
+        std, rtx = os.path.join(root, "standard"), os.path.join(root, "rtx")
+        patched_tree(std, "standard")
+        patched_tree(rtx, "rtx")
+        a, b = set(series.source_files(std)), set(series.source_files(rtx))
         differences = {}
-        files = {f: wheelbuild.source_files(t) for f, t in trees.items()}
-        all_files = set(files["standard"]) | set(files["rtx"])
-        for rel in sorted(all_files):
+        for rel in sorted(a | b):
             if rel.startswith("py/torch_tensorrt/fx/"):
                 continue
-            paths = [os.path.join(trees[f], rel) for f in ("standard", "rtx")]
-            if not all(os.path.exists(p) for p in paths):
+            if rel not in a or rel not in b:
                 differences[rel] = "present in one flavour only"
-                continue
-            with open(paths[0], "rb") as a, open(paths[1], "rb") as b:
-                if a.read() != b.read():
-                    differences[rel] = "content differs"
+            elif not filecmp.cmp(os.path.join(std, rel), os.path.join(rtx, rel), False):
+                differences[rel] = "content differs"
         return differences
     finally:
         shutil.rmtree(root, ignore_errors=True)

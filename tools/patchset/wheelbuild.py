@@ -1,9 +1,5 @@
-"""Build a patched wheel: verified base wheel + series + ``py/`` overlay.
-
-The base wheel is unpacked and repacked with the ``wheel`` package's own
-``unpack``/``pack`` commands (which verify and regenerate RECORD). Everything
-happens in a temporary directory; only the finished wheel is moved into the
-output directory, so a failure leaves nothing half-written.
+"""Build a patched wheel: the verified base wheel, unpacked, patched, given the
+``py/`` new modules and repacked (``wheel unpack``/``pack``) in a temporary directory.
 """
 
 import glob
@@ -21,41 +17,29 @@ from . import BASE_VERSION, REPO_ROOT, PatchsetError, base, series
 OVERLAY_ROOT = os.path.join(REPO_ROOT, "py")
 DEFAULT_LABEL = "inplace"
 _LABEL_RE = re.compile(r"^[a-z0-9]+$")
-_CACHE_DIRS = ("__pycache__", ".pytest_cache", ".mypy_cache")
-
-
-def source_files(root: str) -> List[str]:
-    """Files below ``root`` (relative, ``/``-separated, sorted), without caches and byte code."""
-    files = []
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if d not in _CACHE_DIRS)
-        for name in sorted(filenames):
-            if not name.endswith((".pyc", ".pyo")):
-                full = os.path.join(dirpath, name)
-                files.append(os.path.relpath(full, root).replace(os.sep, "/"))
-    return files
+_VERSION_RE = re.compile(rf"^Version: {re.escape(BASE_VERSION)}$", re.M)
 
 
 def overlay_files() -> List[str]:
-    """New modules of the patch set, relative to ``py/`` (e.g. ``torch_tensorrt/x.py``)."""
-    return source_files(OVERLAY_ROOT)
+    """New modules of the patch set, relative to ``py/``."""
+    return series.source_files(OVERLAY_ROOT)
+
+
+def _whole(patches: Optional[List[series.Patch]]) -> List[series.Patch]:
+    if patches is None:
+        return series.all_patches(series.read_series(check_files=False))
+    return patches
 
 
 def content_hash(
     patches: Optional[List[series.Patch]] = None, modules: Optional[List[str]] = None
 ) -> str:
-    """Hash of everything that changes the built wheel (pins, series, patches, overlay).
-
-    ``patches`` and ``modules`` select part of the patch set (a stack prefix);
-    by default the whole series and every new module.
-    """
+    """Hash of the pins, series, ``patches`` and ``modules`` (default: all of them)."""
     h = hashlib.sha256()
-    patches = series.read_series() if patches is None else patches
-    inputs = [base.PINS_FILE, series.SERIES_FILE] + [p.path for p in patches]
-    inputs += [
-        os.path.join(OVERLAY_ROOT, f)
-        for f in (overlay_files() if modules is None else modules)
-    ]
+    inputs = [base.PINS_FILE, os.path.join(series.PATCH_DIR, series.SERIES)]
+    inputs += [p.path for p in _whole(patches)]
+    modules = overlay_files() if modules is None else modules
+    inputs += [os.path.join(OVERLAY_ROOT, f) for f in modules]
     for path in inputs:
         h.update(os.path.relpath(path, REPO_ROOT).replace(os.sep, "/").encode())
         with open(path, "rb") as f:
@@ -68,7 +52,7 @@ def local_version(
     patches: Optional[List[series.Patch]] = None,
     modules: Optional[List[str]] = None,
 ) -> str:
-    """``2.14.0+<label>.g<content hash>``: PEP 440 local version naming this exact patch set."""
+    """``2.14.0+<label>.g<content hash>``: the PEP 440 version of this patch set."""
     label = label or os.environ.get("TORCHTRT_PATCHSET_LABEL") or DEFAULT_LABEL
     if not _LABEL_RE.match(label):
         raise PatchsetError(
@@ -83,44 +67,21 @@ def apply_overlay(tree: str, modules: Optional[List[str]] = None) -> None:
         dest = os.path.join(tree, rel)
         if os.path.exists(dest):
             raise PatchsetError(
-                f"py/{rel} would overwrite an upstream file; change upstream files through patches/"
+                f"py/{rel} would overwrite an upstream file; "
+                "change upstream files through patches/"
             )
         os.makedirs(os.path.dirname(dest), exist_ok=True)
         shutil.copy2(os.path.join(OVERLAY_ROOT, rel), dest)
 
 
 def run_wheel_cli(args: List[str], cwd: str) -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "wheel", *args], cwd=cwd, capture_output=True, text=True
-    )
+    argv = [sys.executable, "-m", "wheel", *args]
+    result = subprocess.run(argv, cwd=cwd, capture_output=True, text=True)
     if result.returncode != 0:
         detail = (result.stderr or result.stdout).strip().splitlines()
         raise PatchsetError(
             f"'wheel {args[0]}' failed: {detail[-1] if detail else result.returncode}"
         )
-
-
-def _set_version(dist_info: str, version: str) -> str:
-    """Rewrite METADATA's Version and rename the .dist-info directory; return the new path."""
-    metadata = os.path.join(dist_info, "METADATA")
-    with open(metadata, encoding="utf-8") as f:
-        text = f.read()
-    text, count = re.subn(
-        rf"^Version: {re.escape(BASE_VERSION)}$",
-        f"Version: {version}",
-        text,
-        flags=re.M,
-    )
-    if count != 1:
-        raise PatchsetError(f"{metadata}: expected one 'Version: {BASE_VERSION}' line")
-    with open(metadata, "w", encoding="utf-8") as f:
-        f.write(text)
-    dist_name = os.path.basename(dist_info).split("-")[0]
-    renamed = os.path.join(
-        os.path.dirname(dist_info), f"{dist_name}-{version}.dist-info"
-    )
-    os.rename(dist_info, renamed)
-    return renamed
 
 
 def build_patched_wheel(
@@ -132,33 +93,38 @@ def build_patched_wheel(
     patches: Optional[List[series.Patch]] = None,
     modules: Optional[List[str]] = None,
 ) -> str:
-    """Build the patched wheel of ``flavour`` into ``out_dir``; return its path.
-
-    ``patches`` and ``modules`` build part of the patch set (a stack prefix).
-    """
+    """Build the patched wheel (``patches``/``modules``: a stack prefix); return its path."""
     python_tag = python_tag or base.current_python_tag()
     platform_tag = platform_tag or base.current_platform_tag()
-    patches = series.read_series() if patches is None else patches
+    patches = _whole(patches)
     version = local_version(label, patches, modules)
     base_wheel = base.fetch_base_wheel(flavour, python_tag, platform_tag)
     work = tempfile.mkdtemp(prefix="patchset-build-")
     try:
         run_wheel_cli(["unpack", "--dest", work, base_wheel], work)
         (tree,) = glob.glob(os.path.join(work, f"*-{BASE_VERSION}"))
-        # Wheel layout is upstream's minus the leading ``py/``: strip ``a/py/``.
-        series.apply_series(tree, strip=2, patches=patches)
+        series.apply_series(tree, strip=2, patches=patches)  # wheel: no ``py/``
         apply_overlay(tree, modules)
         (dist_info,) = glob.glob(os.path.join(tree, "*.dist-info"))
-        _set_version(dist_info, version)
+        metadata = os.path.join(dist_info, "METADATA")
+        with open(metadata, encoding="utf-8") as f:
+            text, count = _VERSION_RE.subn(f"Version: {version}", f.read())
+        if count != 1:
+            raise PatchsetError(
+                f"{metadata}: expected one 'Version: {BASE_VERSION}' line"
+            )
+        with open(metadata, "w", encoding="utf-8") as f:
+            f.write(text)
+        dist_name = os.path.basename(dist_info).split("-")[0]
+        os.rename(dist_info, os.path.join(tree, f"{dist_name}-{version}.dist-info"))
         packed = os.path.join(work, "packed")
         os.makedirs(packed)
         run_wheel_cli(["pack", "--dest-dir", packed, tree], work)
         (built,) = glob.glob(os.path.join(packed, "*.whl"))
         os.makedirs(out_dir, exist_ok=True)
         final = os.path.join(out_dir, os.path.basename(built))
-        tmp_final = final + ".part"
-        shutil.copyfile(built, tmp_final)
-        os.replace(tmp_final, final)
+        shutil.copyfile(built, final + ".part")
+        os.replace(final + ".part", final)
         return final
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -1,0 +1,88 @@
+"""Every prefix of the stack built, installed and tested alone (a recording
+stand-in for the wheel build, pip and pytest)."""
+
+import os
+
+import pytest
+from patchset import PatchsetError, prefixes, series
+from test_series import write
+
+
+@pytest.fixture
+def pieces(tmp_path):
+    return series.read_series(
+        *write(
+            tmp_path,
+            "[one] One\n0001-a.patch\n[two] Two\n0002-b.patch\n",
+            [
+                ("0001-a.patch", ["py/torch_tensorrt/a.py", "tests/py/test_a.py"]),
+                ("0002-b.patch", ["tests/py/test_b.py"]),
+            ],
+            ["py/torch_tensorrt/a.py", "tests/py/test_a.py", "tests/py/test_b.py"],
+        )
+    )
+
+
+class Recorder:
+    """Stands in for building wheels, pip and pytest; records every call."""
+
+    def __init__(self, failing=()):
+        self.calls, self.failing = [], set(failing)
+
+    def build(self, flavour, out_dir, label=None, patches=None, modules=None):
+        names = None if patches is None else [p.name for p in patches]
+        self.calls.append(("build", label, names, modules))
+        return f"{out_dir}/{label or 'whole'}.whl"
+
+    def run(self, argv, env):
+        if "pytest" in argv:
+            tests = [a for a in argv if a.startswith("tests/")]
+            self.calls.append(("pytest", tests, env["TORCHTRT_PATCHSET_ENV"]))
+            if any(t in self.failing for t in tests):
+                return 1, "FAILED x\n== 1 failed, 2 passed in 0.1s =="
+            return 0, "== 3 passed in 0.1s =="
+        self.calls.append(("pip", os.path.basename(argv[-1])))
+        return 0, ""
+
+
+def test_every_prefix_is_built_installed_and_tested_alone(pieces):
+    rec = Recorder()
+    results = prefixes.check_prefixes(
+        pieces, "py", "rtx", "/out", run=rec.run, build=rec.build
+    )
+    assert results == [("one", "3 passed in 0.1s"), ("two", "3 passed in 0.1s")]
+    assert rec.calls == [
+        ("build", "stack1", ["0001-a.patch"], ["torch_tensorrt/a.py"]),
+        ("pip", "stack1.whl"),
+        ("pytest", ["tests/py/test_a.py"], "rtx"),
+        ("build", "stack2", ["0001-a.patch", "0002-b.patch"], ["torch_tensorrt/a.py"]),
+        ("pip", "stack2.whl"),
+        ("pytest", ["tests/py/test_a.py", "tests/py/test_b.py"], "rtx"),
+        ("build", None, None, None),  # the whole patch set back in the venv
+        ("pip", "whole.whl"),
+    ]
+
+
+def test_the_whole_stack_can_be_left_to_the_caller(pieces):
+    rec = Recorder()
+    results = prefixes.check_prefixes(
+        pieces, "py", "rtx", "/out", run=rec.run, build=rec.build, skip_whole=True
+    )
+    assert results == [("one", "3 passed in 0.1s")]
+    assert [c for c in rec.calls if c[0] == "pytest"] == [
+        ("pytest", ["tests/py/test_a.py"], "rtx")
+    ]
+    assert rec.calls[-1] == ("pip", "whole.whl")
+
+
+def test_a_failing_prefix_is_named_and_the_venv_restored(pieces):
+    rec = Recorder(failing={"tests/py/test_a.py"})
+    with pytest.raises(
+        PatchsetError,
+        match=r"2 stack prefix\(es\) fail their own tests: 'one' \(1 failed, 2 passed",
+    ):
+        prefixes.check_prefixes(
+            pieces, "py", "standard", "/out", run=rec.run, build=rec.build
+        )
+    assert rec.calls[-1] == ("pip", "whole.whl")
+    assert ("pytest", ["tests/py/test_a.py"], "standard") in rec.calls

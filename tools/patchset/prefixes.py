@@ -1,0 +1,80 @@
+"""Each prefix of the stack built, installed and tested alone (upstream merges the
+stack piece by piece, so each prefix's own wheel must pass its own tests)."""
+
+import os
+import re
+import subprocess
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+from . import REPO_ROOT, PatchsetError, series, wheelbuild
+
+Runner = Callable[[List[str], Dict[str, str]], Tuple[int, str]]
+Builder = Callable[..., str]
+
+
+def _run(argv: List[str], env: Dict[str, str]) -> Tuple[int, str]:
+    result = subprocess.run(
+        argv, cwd=REPO_ROOT, env=env, capture_output=True, text=True
+    )
+    return result.returncode, result.stdout + result.stderr
+
+
+def _summary(output: str) -> str:
+    lines = [
+        line.strip("= ")
+        for line in output.splitlines()
+        if re.search(r"\b(passed|failed|errors?|skipped|no tests ran)\b.* in ", line)
+    ]
+    return lines[-1] if lines else (output.strip().splitlines() or ["no output"])[-1]
+
+
+def check_prefixes(
+    pieces: List[series.Piece],
+    python: str,
+    flavour: str,
+    out_dir: str,
+    pytest_args: Sequence[str] = (),
+    run: Runner = _run,
+    build: Optional[Builder] = None,
+    skip_whole: bool = False,
+) -> List[Tuple[str, str]]:
+    """(piece, pytest summary) of each prefix (but the whole with ``skip_whole``)
+    installed in the venv of ``python``; raises naming each failing prefix."""
+    build = build or wheelbuild.build_patched_wheel
+    env = dict(os.environ, PYTHONPATH=os.path.join(REPO_ROOT, "tools"))
+    env["TORCHTRT_PATCHSET_ENV"] = "rtx" if flavour == "rtx" else "standard"
+    install = [python, "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+    install += ["--no-deps", "--force-reinstall"]
+    pytest = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+    pytest += ["-c", os.path.join(REPO_ROOT, "pyproject.toml"), "--rootdir", REPO_ROOT]
+    results: List[Tuple[str, str]] = []
+    failed: List[str] = []
+    try:
+        for k, piece in enumerate(pieces[:-1] if skip_whole else pieces, 1):
+            prefix, out = pieces[:k], os.path.join(out_dir, f"{k:02d}-{piece.id}")
+            patches = series.all_patches(prefix)
+            modules = [m for p in prefix for m in p.modules]
+            wheel = build(
+                flavour, out, label=f"stack{k}", patches=patches, modules=modules
+            )
+            code, output = run([*install, wheel], env)
+            if code != 0:
+                raise PatchsetError(
+                    f"installing the wheel of prefix '{piece.id}' failed: "
+                    f"{_summary(output)}"
+                )
+            tests = [t for p in prefix for t in p.tests]
+            if not tests:
+                results.append((piece.id, "no tests"))
+                continue
+            code, output = run([*pytest, *pytest_args, *tests], env)
+            results.append((piece.id, _summary(output)))
+            if code != 0:
+                failed.append(f"'{piece.id}' ({_summary(output)})")
+    finally:
+        run([*install, build(flavour, os.path.join(out_dir, "whole"))], env)
+    if failed:
+        raise PatchsetError(
+            f"{len(failed)} stack prefix(es) fail their own tests: {'; '.join(failed)}"
+        )
+    return results
