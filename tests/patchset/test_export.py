@@ -547,3 +547,22 @@ def test_the_repository_series_exports_onto_the_released_2_14_0_sources(tmp_path
         ).split()[0]
         brought = [f for f in patch.adds if not f.startswith(series.LOCAL_ONLY)]
         assert names(base, rev) == sorted(patch.touched_files() + brought), patch.name
+
+
+def test_a_base_that_fails_at_import_for_its_own_reason_is_left_to_the_patches(
+    tmp_path,
+):
+    """The released sources raise at import on a host without a GPU, which the
+    first patch fixes: that is not the environment's fault, and the export goes on."""
+    repo = mini_checkout(tmp_path, 'raise RuntimeError("Found no NVIDIA driver")\n')
+    scratch = tmp_path / "scratch"
+    git(tmp_path, "clone", "-q", str(repo), str(scratch))
+    (scratch / "py" / "torch_tensorrt" / "__init__.py").write_text("X = 1\n")
+    out = tmp_path / "patches"
+    out.mkdir()
+    (out / "0001-x.patch").write_text(mail("fix: import", git(scratch, "diff")))
+    (out / "series").write_text("[x] X\n0001-x.patch\n")
+    summary = export.export(
+        str(repo), "pr", False, str(out), str(tmp_path), verify_python=sys.executable
+    )
+    assert summary.startswith(f"created 1 branch(es) in {repo}")

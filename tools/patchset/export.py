@@ -139,14 +139,14 @@ def _check_commit(work: str, verify_python: Optional[str]) -> None:
 
 
 def _check_environment(work: str, python: str) -> None:
-    """Refuse a ``python`` that cannot import the unpatched sources (not a patch's fault)."""
-    if not os.path.isfile(os.path.join(work, "py", "torch_tensorrt", "__init__.py")):
-        return  # nothing importable to try: checked commit by commit
+    """Refuse a ``python`` lacking a module the base imports (not a patch's fault)."""
     result = _run_python(work, [python, "-c", "import torch_tensorrt"])
-    if result.returncode != 0:
+    last = _last_line(result.stderr)
+    missing = re.match(r"ModuleNotFoundError: No module named '(\w+)", last)
+    if result.returncode and missing and missing[1] != "torch_tensorrt":
         raise PatchsetError(
             f"{python} cannot import the sources the patches go onto, before any "
-            f"patch ({_last_line(result.stderr)}): this is the environment, not a "
+            f"patch ({last}): this is the environment, not a "
             "patch; use a Python with torch_tensorrt's deps (CONTRIBUTING, step 5)"
         )
 
