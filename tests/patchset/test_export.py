@@ -110,33 +110,6 @@ def upstream(base_src, tmp_path):
     return repo
 
 
-@pytest.fixture(scope="module")
-def base_src(tmp_path_factory):
-    dest = tmp_path_factory.mktemp("base")
-    tree.base_sources(str(dest), "standard")
-    return dest
-
-
-@pytest.fixture
-def upstream(base_src, tmp_path):
-    """A clean fake pytorch/TensorRT checkout on branch main, with its own identity."""
-    repo = tmp_path / "upstream"
-    shutil.copytree(base_src / "py", repo / "py")
-    (repo / "tests" / "py").mkdir(parents=True)
-    (repo / "tests" / "py" / "x.txt").write_text("upstream test data\n")
-    (repo / "tests" / "ci").mkdir()
-    (repo / "tests" / "ci" / "suites.py").write_text(SUITES)
-    docs = repo / "docsrc" / "tutorials" / "extensibility" / "plugins"
-    docs.mkdir(parents=True)
-    (docs / "index.rst").write_text(DOCS_INDEX)
-    git(repo, "init", "-q", "-b", "main")
-    git(repo, "config", "user.name", "Upstream Dev")
-    git(repo, "config", "user.email", "dev@example.org")
-    git(repo, "add", "-A")
-    git(repo, "commit", "-q", "-m", "upstream")
-    return repo
-
-
 MODULE = "py/torch_tensorrt/dynamo/_inplace_plugins.py"
 TEST = "tests/py/dynamo/test_inplace_plugins.py"
 PLUGIN_TEST = "tests/py/dynamo/automatic_plugin/test_first.py"
