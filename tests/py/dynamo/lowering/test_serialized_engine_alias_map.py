@@ -159,29 +159,6 @@ class TestEngineAliasesInTheMap(TestCase):
             [("buf_cache", "in_place", "engine")],
         )
 
-    def test_every_output_the_engine_aliases_is_listed(self):
-        # the write in place is read by a later op, whose result is copied back:
-        # TensorRT still requires its aliased output bound to the cache
-        class WriteThenScale(torch.nn.Module):
-            def forward(self, cache, update):
-                cache[:, :, 5:7, :] = update
-                cache.mul_(2)
-                return update * 2
-
-        _, aliases = _alias_map(WriteThenScale(), _kv_args())
-        self.assertEqual(
-            _without_shapes(aliases),
-            [
-                {"output": "cache_new", "input": "cache", "update": "copy"},
-                {
-                    "output": "output2",
-                    "input": "cache",
-                    "update": "in_place",
-                    "binding": "engine",
-                },
-            ],
-        )
-
     def test_a_form_the_layer_does_not_take_is_copied(self):
         # positions given as a tensor of two: they need not be contiguous
         cache, update = _kv_args(batch=1)

@@ -158,12 +158,12 @@ class TestRewrite(TestCase):
             """\
 def forward(self, state, new):
     state, new, = fx_pytree.tree_flatten_spec(([state, new], {}), self._in_spec)
-    view_default = torch.ops.aten.view.default(state, [2, 1, 16, 8])
-    reshape_default = torch.ops.aten.reshape.default(new, [2, 1, 2, 8])
-    slice_scatter_default = torch.ops.aten.slice_scatter.default(view_default, reshape_default, 2, 5, 7);  view_default = reshape_default = None
-    view_default_2 = torch.ops.aten.view.default(slice_scatter_default, [2, 16, 8]);  slice_scatter_default = None
+    reshape_default = torch.ops.aten.reshape.default(state, [2, 1, 16, 8])
+    reshape_default_1 = torch.ops.aten.reshape.default(new, [2, 1, 2, 8])
+    slice_scatter_default = torch.ops.aten.slice_scatter.default(reshape_default, reshape_default_1, 2, 5, 7);  reshape_default = reshape_default_1 = None
+    view_default_1 = torch.ops.aten.view.default(slice_scatter_default, [2, 16, 8]);  slice_scatter_default = None
     mul = torch.ops.aten.mul.Tensor(new, 2);  new = None
-    copy__default = torch.ops.aten.copy_.default(state, view_default_2);  state = view_default_2 = copy__default = None
+    copy__default = torch.ops.aten.copy_.default(state, view_default_1);  state = view_default_1 = copy__default = None
     return pytree.tree_unflatten((mul,), self._out_spec)""",
         )
         marked = {
@@ -171,7 +171,9 @@ def forward(self, state, new):
             for n in gm.graph.nodes
             if STATE_VIEW in n.meta
         }
-        self.assertEqual(marked, {"view_default": "input", "view_default_2": "output"})
+        self.assertEqual(
+            marked, {"reshape_default": "input", "view_default_1": "output"}
+        )
         self.assertEqual(
             [bool(w.meta.get(KV_STATE_WRITE)) for w in _writes(gm)], [True]
         )
@@ -241,7 +243,7 @@ class TestCompiledModule(TestCase):
             for _, m in trt.named_children()
             if isinstance(m, torch.fx.GraphModule)
             for n in m.graph.nodes
-            if n.target is torch.ops.aten.view.default
+            if n.target in (torch.ops.aten.view.default, torch.ops.aten.reshape.default)
         ]
         self.assertEqual(len(views), 2, trt.graph)
 

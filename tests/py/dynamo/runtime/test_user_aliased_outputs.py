@@ -7,7 +7,6 @@ the graph's own outputs are engine side effects; one the graph returns is not.
 from torch.testing._internal.common_utils import TestCase, run_tests
 from torch_tensorrt.dynamo.lowering._buffer_lifting import (
     aliased_input_bindings,
-    assert_predicted_kv_aliased,
 )
 from torch_tensorrt.dynamo.runtime._TorchTensorRTModule import (
     graph_output_count,
@@ -57,18 +56,6 @@ class TestAliasedInputBindings(TestCase):
             {"o3": "buf_other"},
         ]
         self.assertEqual(aliased_input_bindings(maps), {"buf_cache", "buf_other"})
-
-    def test_a_copy_back_state_updated_in_place_is_no_conflict(self):
-        aliased = aliased_input_bindings([{"buf_state_new": ("buf_state", "user")}])
-        assert_predicted_kv_aliased(aliased, [], copyback_bindings=["buf_state"])
-        with self.assertRaisesRegex(RuntimeError, "aliased them in place anyway"):
-            assert_predicted_kv_aliased(
-                aliased_input_bindings(
-                    [{"buf_state_new": ("buf_state", "kv_cache_update")}]
-                ),
-                [],
-                copyback_bindings=["buf_state"],
-            )
 
 
 class TestUserAliasesTravel(TestCase):

@@ -299,11 +299,16 @@ def _is_state_update(write: torch.fx.Node, cache: torch.fx.Node) -> bool:
     """Whether ``write`` gives ``cache`` its new value (not a new tensor).
 
     It does when the graph writes it back into ``cache`` (``aten.copy_``), or
-    when ``cache`` is a lifted buffer, whose write-back ``lift_mutated_buffers``
-    has taken over.
+    when ``cache`` is a lifted buffer and ``write`` is the output
+    ``lift_mutated_buffers`` appended for the buffer's new value (a functional
+    write of a buffer, ``y = torch.index_copy(self.buf, ...)``, is a new tensor).
     """
-    if cache.meta.get("_lifted_buffer") is not None:
-        return True
+    position = cache.meta.get("_lifted_buffer_output")
+    if position is not None:
+        output = next(n for n in write.graph.nodes if n.op == "output")
+        results = output.args[0]
+        results = list(results) if isinstance(results, (tuple, list)) else [results]
+        return position < len(results) and results[position] is write
     return any(
         is_write_back(user) and user.args[:2] == (cache, write) for user in write.users
     )
@@ -340,7 +345,10 @@ def _slice_write_bounds(
 
 
 def plan_kv_state_write(
-    write: torch.fx.Node, cache: Optional[torch.fx.Node] = None
+    write: torch.fx.Node,
+    cache: Optional[torch.fx.Node] = None,
+    *,
+    functional: bool = False,
 ) -> Tuple[Optional[KVStateWrite], str]:
     """Whether ``IKVCacheUpdateLayer`` can make the state update ``write`` in place.
 
@@ -365,7 +373,7 @@ def plan_kv_state_write(
         cache = write.args[0] if isinstance(write.args[0], torch.fx.Node) else None
     if cache is None or cache.op != "placeholder":
         return None, "the state it writes is not an engine input"
-    if not _is_state_update(write, cache):
+    if not functional and not _is_state_update(write, cache):
         return None, (
             f"its result is not written back into {cache.name}: a new tensor, and "
             f"{cache.name} keeps its value"

@@ -10,7 +10,7 @@ a contiguous tensor that way is a view, with no copy.
 For each state update the layer can make (:func:`plan_kv_state_write`), this pass
 rewrites the write into the layer's form::
 
-    state4 = aten.view(state, [B', H', S, D'])    # meta STATE_VIEW "input"
+    state4 = aten.reshape(state, [B', H', S, D'])  # meta STATE_VIEW "input"
     new4 = aten.reshape(new, [B', H', n, D'])
     written = aten.slice_scatter(state4, new4, 2, p, p + n)   # or index_copy
     aten.view(written, state.shape)               # meta STATE_VIEW "output"
@@ -44,8 +44,8 @@ from torch_tensorrt.dynamo.conversion.impl._kv_cache_layer import (
     STATE_VIEW,
     KVStateWrite,
     kv_layer_view,
-    plan_kv_state_write,
 )
+from torch_tensorrt.dynamo.lowering._state_plan import plan_state_updates
 from torch_tensorrt.dynamo.lowering.passes.pass_utils import (
     clean_up_graph_after_modifications,
 )
@@ -63,27 +63,42 @@ def _call(
     return node
 
 
-def _new_values(plan: KVStateWrite) -> torch.fx.Node:
+def _new_values(graph: torch.fx.Graph, plan: KVStateWrite) -> torch.fx.Node:
     """The write's new values, without slice assignment's shape-only ``aten.copy``.
 
     ``state[:, p:p+n] = new`` is ``slice_scatter(state, copy(slice(state), new))``
-    once functionalized; the ``copy`` reads only the slice's shape (of the state,
-    which would become an engine input of its own) and is ``new`` itself when
-    their shapes and types agree.
+    once functionalized; the ``copy`` reads only the slice's shape and dtype (of
+    the state, which would otherwise stay an engine input of its own beside its
+    view): it is ``new`` cast to the state's dtype (an fp16 state written with a
+    float32 update) and broadcast to the slice's shape.
     """
     source = plan.source
-    if source.target is torch.ops.aten.copy.default and len(source.args) > 1:
-        new = source.args[1]
-        new_val = new.meta.get("val") if isinstance(new, torch.fx.Node) else None
-        val = source.meta.get("val")
-        if (
-            new_val is not None
-            and val is not None
-            and new_val.shape == val.shape
-            and new_val.dtype == val.dtype
-        ):
-            return new
-    return source
+    if not (source.target is torch.ops.aten.copy.default and len(source.args) > 1):
+        return source
+    new = source.args[1]
+    new_val = new.meta.get("val") if isinstance(new, torch.fx.Node) else None
+    val = source.meta.get("val")
+    if new_val is None or val is None:
+        return source
+    if new_val.dtype != val.dtype:
+        new = _call(
+            graph,
+            torch.ops.aten._to_copy.default,
+            (new,),
+            new_val.to(val.dtype),
+        )
+        new.kwargs = {"dtype": val.dtype}
+        new_val = new.meta["val"]
+    if tuple(new_val.shape) != tuple(val.shape):
+        if not all(isinstance(s, int) for s in val.shape):
+            return source
+        new = _call(
+            graph,
+            torch.ops.aten.expand.default,
+            (new, list(val.shape)),
+            new_val.expand(val.shape),
+        )
+    return new
 
 
 def _rewrite(gm: torch.fx.GraphModule, plan: KVStateWrite) -> None:
@@ -92,13 +107,16 @@ def _rewrite(gm: torch.fx.GraphModule, plan: KVStateWrite) -> None:
     # the state's own shape, as view() takes it: a dynamic first dimension is -1
     shape_args = [s if isinstance(s, int) else -1 for s in plan.shape]
     state_val = plan.cache.meta["val"]
-    new = _new_values(plan)
     with graph.inserting_before(write):
+        new = _new_values(graph, plan)
         state, values = plan.cache, new
         if not plan.in_layer_form:
+            # reshape: a view of a contiguous state (the engine writes the
+            # caller's memory), a copy of a state the caller passes laid out
+            # otherwise (written back into it, as any copied state)
             state = _call(
                 graph,
-                torch.ops.aten.view.default,
+                torch.ops.aten.reshape.default,
                 (plan.cache, list(plan.view)),
                 state_val.view(plan.view),
             )
@@ -161,31 +179,18 @@ def view_state_writes_in_kv_cache_form(
     input that the layer cannot take is left as it is, with the reason at debug
     level.
     """
+    _, writes = plan_state_updates(gm, settings)
     rewritten: List[str] = []
-    for node in list(gm.graph.nodes):
-        if node.op != "call_function" or node.target not in _WRITES:
-            continue
-        state = node.args[0]
-        if not (isinstance(state, torch.fx.Node) and state.op == "placeholder"):
-            continue
-        plan, reason = plan_kv_state_write(node)
-        if plan is None:
-            logger.debug(
-                "%s: state %s is not updated in place by IKVCacheUpdateLayer: %s",
-                node.name,
-                state.name,
-                reason,
-            )
-            continue
+    for plan in writes:
         logger.debug(
             "%s: state %s %s is updated in place by IKVCacheUpdateLayer (%s)",
-            node.name,
-            state.name,
+            plan.write.name,
+            plan.cache.name,
             list(plan.shape),
-            reason,
+            plan.view,
         )
         _rewrite(gm, plan)
-        rewritten.append(state.name)
+        rewritten.append(plan.cache.name)
     if rewritten:
         gm = clean_up_graph_after_modifications(gm)
         logger.debug(f"Graph after viewing state writes in KV-cache form:\n{gm.graph}")
@@ -260,20 +265,33 @@ def declare_state_views(
     """
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     shapes: Dict[int, Tuple[List[int], List[int]]] = {}
+    declared = set()
     for node in list(gm.graph.nodes):
         info = node.meta.get(STATE_VIEW)
         if info is None:
             continue
         if info["role"] == "input":
             state = node.args[0]
+            for user in list(state.users):
+                # a dynamic batch's size (export's sym_size) is the view's first
+                # dimension as well
+                if (
+                    user.target is torch.ops.aten.sym_size.int
+                    and user.args[1:] == (0,)
+                    and info["view"][0] == -1
+                ):
+                    user.replace_input_with(state, node)
             if any(u is not node and not is_write_back(u) for u in state.users):
-                # read as it is as well (lowering left a shape-only reader):
-                # the engine takes it as it is, and copies the write back
+                # read as it is as well: the engine takes it as it is, with the
+                # views inside it, and copies the write back
                 continue
+            declared.add(state.name)
             position = placeholders.index(state)
             inputs[position] = _viewed_input(inputs[position], info["axis"])
             state.meta["val"] = node.meta["val"]
             shapes[position] = (list(info["shape"]), list(info["view"]))
+        elif info["input"] not in declared:
+            continue  # its input stays in the state's shape, and so does its output
         node.replace_all_uses_with(node.args[0])
         gm.graph.erase_node(node)
     if shapes:

@@ -1,0 +1,262 @@
+"""One plan per graph for the states it writes: which updates TensorRT makes in place.
+
+A *state* is a graph input the model writes: a user input, whose new value the
+graph writes back with ``aten.copy_``, or a buffer that ``lift_mutated_buffers``
+made an input, whose new value is a graph output the caller copies back. After
+lowering, :func:`plan_state_updates` decides once, for each state, how its new
+value reaches the caller, and why:
+
+* ``in_place``: its one write (a contiguous slab, :func:`plan_kv_state_write`)
+  goes on ``IKVCacheUpdateLayer``, which writes the state's own memory. The
+  output holding the new value is that memory, so copying it back is a copy of
+  the state onto itself, which is skipped.
+* ``copy``: the engine computes the new state and the caller copies it back.
+  Whatever the plan cannot prove safe in place is copied: right, if slower.
+
+The plan is recorded on each state's placeholder (``node.meta[STATE_PLAN]``) and
+is the only input of what follows. ``view_state_writes_in_kv_cache_form``
+rewrites each in-place write into the layer's form and marks it
+(``KV_STATE_WRITE``); the converters put exactly the marked writes on the layer
+and make every other write a scatter; the partitioners keep the marked views at
+the engine's boundary in PyTorch; and once engines are built,
+:func:`check_engines_against_state_plan` compares what TensorRT aliased with the
+plan. An alias the plan did not make is a bug named in one sentence, never a
+wrong result.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
+
+import torch
+from torch_tensorrt.dynamo._settings import CompilationSettings
+from torch_tensorrt.dynamo.conversion._functionalized_op import is_write_back
+from torch_tensorrt.dynamo.conversion.impl._kv_cache_layer import (
+    KVStateWrite,
+    plan_kv_state_write,
+)
+
+logger = logging.getLogger(__name__)
+
+# Placeholder meta: the StateUpdate the plan made for that state
+STATE_PLAN = "_trt_state_plan"
+
+IN_PLACE = "in_place"
+COPY = "copy"
+
+
+@dataclasses.dataclass(frozen=True)
+class StateUpdate:
+    """How one state's new value reaches the caller, as the plan decided it."""
+
+    state: str  # the placeholder's name
+    update: str  # IN_PLACE or COPY
+    reason: str
+    dtype: str  # the state's dtype, e.g. "float16"
+    write: Optional[str] = None  # the write made in place
+
+    @property
+    def in_place(self) -> bool:
+        return self.update == IN_PLACE
+
+
+def _outputs(gm: torch.fx.GraphModule) -> List[Any]:
+    output = next(n for n in gm.graph.nodes if n.op == "output")
+    results = output.args[0]
+    return list(results) if isinstance(results, (tuple, list)) else [results]
+
+
+def state_new_values(
+    gm: torch.fx.GraphModule,
+) -> Dict[torch.fx.Node, Optional[torch.fx.Node]]:
+    """Each state of ``gm`` (a placeholder it writes) and the node of its new value.
+
+    A lifted buffer's new value is the output ``lift_mutated_buffers`` appended for
+    it (``meta["_lifted_buffer_output"]``); a user input's is what its last
+    write-back copies into it. The value is None when it is not a graph node (a
+    constant written back).
+    """
+    outputs: Optional[List[Any]] = None
+    states: Dict[torch.fx.Node, Optional[torch.fx.Node]] = {}
+    for node in gm.graph.nodes:
+        if node.op == "placeholder" and "_lifted_buffer_output" in node.meta:
+            if outputs is None:
+                outputs = _outputs(gm)
+            value = outputs[node.meta["_lifted_buffer_output"]]
+            states[node] = value if isinstance(value, torch.fx.Node) else None
+        elif is_write_back(node) and isinstance(node.args[0], torch.fx.Node):
+            value = node.args[1] if len(node.args) > 1 else None
+            states[node.args[0]] = value if isinstance(value, torch.fx.Node) else None
+    return states
+
+
+def _dtype_name(node: torch.fx.Node) -> str:
+    val = node.meta.get("val")
+    dtype = getattr(val, "dtype", None)
+    return str(dtype).replace("torch.", "") if dtype is not None else "unknown"
+
+
+def _plan_one(
+    state: torch.fx.Node,
+    value: Optional[torch.fx.Node],
+    settings: Optional[CompilationSettings],
+) -> Tuple[StateUpdate, Optional[KVStateWrite]]:
+    def copy(reason: str) -> Tuple[StateUpdate, Optional[KVStateWrite]]:
+        return StateUpdate(state.name, COPY, reason, _dtype_name(state)), None
+
+    if value is None:
+        return copy("its new value is not computed by the graph")
+    if value is state:
+        return copy("it is written back unchanged")
+    if not (value.op == "call_function" and value.args and value.args[0] is state):
+        return copy(
+            f"its new value {value.name} is not one slab write of it (a whole-state "
+            "op, several writes, a write of a copy, or an op run in PyTorch)"
+        )
+    plan, reason = plan_kv_state_write(value, state)
+    if plan is None:
+        return copy(reason)
+    if (
+        settings is not None
+        and settings.require_full_compilation
+        and not plan.in_layer_form
+    ):
+        # its views in the layer's form would run in PyTorch, beside the engine
+        return copy(
+            "require_full_compilation=True: the state would need views in the "
+            "layer's form outside the engine"
+        )
+    return (
+        StateUpdate(state.name, IN_PLACE, reason, _dtype_name(state), value.name),
+        plan,
+    )
+
+
+def _functional_cache_update(
+    node: torch.fx.Node,
+) -> Optional[Tuple[StateUpdate, KVStateWrite]]:
+    """A user input written by a functional ``index_copy`` / ``slice_scatter`` in the
+    layer's own form, which nothing else reads.
+
+    Torch-TensorRT's converters have always taken such a write for a cache
+    update made in place (upstream's ``test_single_position_write_aliased``):
+    the plan keeps that contract, for this form only, and says so.
+    """
+    if node.meta.get("_lifted_buffer") is not None:
+        return None
+    writes = [u for u in node.users if u.op == "call_function" and u.args[0] is node]
+    if len(writes) != 1:
+        return None
+    plan, reason = plan_kv_state_write(writes[0], node, functional=True)
+    if plan is None or not plan.in_layer_form:
+        return None
+    update = StateUpdate(
+        node.name,
+        IN_PLACE,
+        f"a functional cache write returned, taken for the update of its cache ({reason})",
+        _dtype_name(node),
+        writes[0].name,
+    )
+    return update, plan
+
+
+def plan_state_updates(
+    gm: torch.fx.GraphModule, settings: Optional[CompilationSettings] = None
+) -> Tuple[Dict[str, StateUpdate], List[KVStateWrite]]:
+    """The plan of every state of ``gm``, recorded on its placeholder; and the writes to make in place.
+
+    Run once, on the lowered graph (``view_state_writes_in_kv_cache_form``).
+    Returns the plan by state name, and the :class:`KVStateWrite` of each state
+    updated in place, for the pass to rewrite.
+    """
+    plan: Dict[str, StateUpdate] = {}
+    writes: List[KVStateWrite] = []
+    states = state_new_values(gm)
+    for node in gm.graph.nodes:
+        if node.op == "placeholder" and node not in states:
+            functional = _functional_cache_update(node)
+            if functional is not None:
+                update, write = functional
+                node.meta[STATE_PLAN] = update
+                plan[node.name] = update
+                writes.append(write)
+                logger.warning(
+                    "%s writes input '%s' functionally; the "
+                    "engine writes it into '%s' itself (the KV-cache contract of "
+                    "Torch-TensorRT's index_copy and slice_scatter converters), so "
+                    "after the call '%s' holds the result, unlike in eager PyTorch",
+                    write.write.name,
+                    node.name,
+                    node.name,
+                    node.name,
+                )
+    for state, value in states.items():
+        update, write = _plan_one(state, value, settings)
+        state.meta[STATE_PLAN] = update
+        plan[state.name] = update
+        if write is not None:
+            writes.append(write)
+        logger.debug(
+            "state %s (%s): %s — %s",
+            state.name,
+            update.dtype,
+            update.update,
+            update.reason,
+        )
+    return plan, writes
+
+
+def state_plan(gm: torch.fx.GraphModule) -> Dict[str, StateUpdate]:
+    """The plan recorded on ``gm``'s placeholders, by state name."""
+    return {
+        node.name: node.meta[STATE_PLAN]
+        for node in gm.graph.nodes
+        if node.op == "placeholder" and STATE_PLAN in node.meta
+    }
+
+
+def check_engines_against_state_plan(
+    aliased_in: Set[str],
+    plan: Dict[str, StateUpdate],
+    *,
+    binding_of: Optional[Dict[str, str]] = None,
+    engines_built: bool = True,
+) -> None:
+    """Compare the inputs TensorRT writes in place (``aliased_in``) with the plan.
+
+    ``aliased_in`` holds the input bindings of the engines' ``kv_cache_update``
+    aliases (:func:`aliased_input_bindings`); ``binding_of`` maps a state's name
+    to its binding where they differ. An input aliased that the plan did not put
+    in place would hand the caller an output that is the state's memory where it
+    expects a new tensor: a bug, raised in one sentence. A state planned in place
+    that no engine wrote in place (its write ran in PyTorch, or in an engine the
+    partitioner cut without it) is still right, copied back; a warning names it.
+    """
+    if not engines_built:
+        return
+    binding_of = binding_of or {}
+    in_place = {
+        binding_of.get(name, name): name for name, u in plan.items() if u.in_place
+    }
+    unplanned = sorted(b for b in aliased_in if b not in in_place)
+    if unplanned:
+        raise RuntimeError(
+            f"The engine writes input(s) {unplanned} in place, which the state plan "
+            "filed to be copied back: this is a bug in Torch-TensorRT's state "
+            "handling, please report it with the model"
+        )
+    for binding, name in sorted(in_place.items()):
+        if binding not in aliased_in:
+            logger.warning(
+                "State %s was planned to be written in place, but no engine writes "
+                "it in place (its write runs in PyTorch, or in another engine); its "
+                "new value is copied back",
+                name,
+            )
+
+
+def in_place_states(plan: Dict[str, StateUpdate]) -> Iterable[str]:
+    """The names of the states the plan puts in place."""
+    return (name for name, update in plan.items() if update.in_place)

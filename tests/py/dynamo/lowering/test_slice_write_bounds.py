@@ -1,0 +1,82 @@
+# type: ignore
+"""A slice write's bounds are clamped to its axis, as PyTorch clamps them.
+
+``c[:, :, 14:20, :] = u`` on an axis of 16 writes positions 14 and 15, and
+``c[:, :, -1:, :] = u`` the last one. The scatter that ``slice_scatter``
+becomes (when the write is copied back) took the bounds unclamped and failed
+the build: "operands could not be broadcast together with remapped shapes
+(1,1,0,1) and requested shape (1,4,1,8)". Each model here is built into a
+standalone engine with TensorRT-RTX, and run through ``compile()`` with the
+engine's execution stood in, against eager over several calls.
+"""
+
+import unittest
+
+import torch
+from test_compile_with_stand_in_engines import compile_on_cpu
+from test_lower_auto_functionalized import (
+    CPU_BUILDER,
+    NEEDS_CPU_BUILDER,
+    _build_engine,
+    _clone,
+)
+from torch.testing._internal.common_utils import TestCase, run_tests
+
+
+class PastTheEnd(torch.nn.Module):
+    def forward(self, c, u):
+        c[:, :, 14:20, :] = u
+        return c.sum()
+
+
+class LastPosition(torch.nn.Module):
+    def forward(self, c, u):
+        c[:, :, -1:, :] = u
+        return u * 2
+
+
+class SlidingWindow(torch.nn.Module):
+    def forward(self, c, u):
+        c[:, :, :-1] = c[:, :, 1:].clone()
+        c[:, :, -1:] = u
+        return c * 1
+
+
+CASES = [
+    # an int32 state: the write is a scatter, copied back
+    ("past_the_end_int32", PastTheEnd, torch.int32, 2),
+    ("last_position_int32", LastPosition, torch.int32, 1),
+    ("past_the_end_float", PastTheEnd, torch.float32, 2),
+    ("sliding_window", SlidingWindow, torch.float32, 1),
+]
+
+
+def _args(dtype, n):
+    c = torch.arange(1 * 4 * 16 * 8).reshape(1, 4, 16, 8).to(dtype)
+    u = (torch.arange(1 * 4 * n * 8).reshape(1, 4, n, 8) * 7 % 5).to(dtype)
+    return c, u
+
+
+@unittest.skipIf(not CPU_BUILDER, NEEDS_CPU_BUILDER)
+class TestSliceWriteBounds(TestCase):
+    def test_a_standalone_engine_builds(self):
+        for name, cls, dtype, n in CASES:
+            with self.subTest(name):
+                engine, _, result = _build_engine(
+                    cls(), _args(dtype, n), min_block_size=1
+                )
+                self.assertGreater(len(engine), 0)
+                self.assertIn("c_new", result.output_names)
+
+    def test_compile_matches_eager_over_several_calls(self):
+        for name, cls, dtype, n in CASES:
+            with self.subTest(name):
+                trt, _ = compile_on_cpu(self, cls(), _args(dtype, n))
+                compiled, eager = _args(dtype, n), _args(dtype, n)
+                for step in range(3):
+                    self.assertEqual(trt(*compiled), cls()(*eager), msg=f"step {step}")
+                    self.assertEqual(compiled, eager, msg=f"state, step {step}")
+
+
+if __name__ == "__main__":
+    run_tests()

@@ -1,0 +1,261 @@
+# type: ignore
+"""One state plan per graph: the programs around a state that broke it, by class.
+
+Each model here is something ordinary a model does around its state, which the
+earlier rules (the buffer lifting's prediction, the converters' own choice of
+``IKVCacheUpdateLayer``, the view pass) decided differently. Each is built into
+a standalone engine by TensorRT-RTX on the CPU (its alias map read), and run
+through ``compile()`` with the engines' execution stood in, against eager over
+three calls; outputs held across calls must keep their values. The same
+programs, and generated ones, run with real engines on a GPU
+(``tools/fuzz/state_programs.py``).
+"""
+
+import json
+import logging
+import operator
+import tempfile
+import unittest
+
+import torch
+import torch_tensorrt
+from test_compile_with_stand_in_engines import engines_built_execution_stood_in
+from test_lower_auto_functionalized import CPU_BUILDER, NEEDS_CPU_BUILDER, _clone
+from torch.testing._internal.common_utils import TestCase, run_tests
+from torch_tensorrt.dynamo.lowering._state_plan import (
+    COPY,
+    IN_PLACE,
+    StateUpdate,
+    check_engines_against_state_plan,
+)
+
+
+class ReturnsACloneAfterTheWrite(torch.nn.Module):  # class 1
+    def forward(self, cache, pos, u):
+        cache.index_copy_(2, pos, u)
+        return cache.clone()
+
+
+class SnapshotBetweenWrites(torch.nn.Module):  # class 1
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("cache", torch.arange(512.0).reshape(1, 4, 16, 8))
+
+    def forward(self, u):
+        self.cache[:, :, 3:4, :] = u
+        snap = self.cache.clone()
+        self.cache.mul_(0.5)
+        return snap
+
+
+class FunctionalWriteThenReset(torch.nn.Module):  # class 1
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("buf", torch.arange(512.0).reshape(1, 4, 16, 8))
+
+    def forward(self, idx, u, z):
+        y = torch.index_copy(self.buf, 2, idx, u)
+        self.buf.copy_(z)
+        return y
+
+
+class ResetFromAnInput(torch.nn.Module):  # class 2
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("buf", torch.zeros(1, 4, 16, 8))
+
+    def forward(self, z):
+        self.buf.copy_(z)
+        return z * 2
+
+
+class WriteThenScale(torch.nn.Module):  # class 1: the slab write is not the last
+    def forward(self, cache, u):
+        cache[:, :, 5:7, :] = u
+        cache.mul_(2)
+        return u * 2
+
+
+class Float64Slab(torch.nn.Module):  # class 5
+    def forward(self, cache, u):
+        cache[:, :, 5:6, :] = u
+        return u * 2
+
+
+class CastSlab(torch.nn.Module):  # class 4: an fp16 state, a float32 update
+    def forward(self, state, u):
+        state[:, 2:3] = u
+        return u * 2
+
+
+class RowsWrite(torch.nn.Module):  # class 3: written in the layer's form as a view
+    def forward(self, state, u):
+        state[:, 3:4, :] = u
+        return u.sum()
+
+
+def _args(name):
+    g = torch.Generator().manual_seed(0)
+    r = lambda *s: torch.randn(*s, generator=g)  # noqa: E731
+    return {
+        "clone": (torch.zeros(1, 4, 16, 8), torch.tensor([3]), r(1, 4, 1, 8)),
+        "snapshot": (r(1, 4, 1, 8),),
+        "functional": (torch.tensor([2]), r(1, 4, 1, 8), r(1, 4, 16, 8)),
+        "reset": (r(1, 4, 16, 8),),
+        "scale": (r(1, 4, 16, 8), r(1, 4, 2, 8)),
+        "float64": (r(1, 4, 16, 8).double(), r(1, 4, 1, 8).double()),
+        "cast": (r(2, 16, 8).half(), r(2, 1, 8)),
+        "rows": (r(2, 16, 8), r(2, 1, 8)),
+    }[name]
+
+
+CASES = {
+    "clone": ReturnsACloneAfterTheWrite,
+    "snapshot": SnapshotBetweenWrites,
+    "functional": FunctionalWriteThenReset,
+    "reset": ResetFromAnInput,
+    "scale": WriteThenScale,
+    "float64": Float64Slab,
+    "cast": CastSlab,
+    "rows": RowsWrite,
+}
+
+# how the standalone engine's map files each state
+EXPECTED_MAP = {
+    "clone": [("cache_new", "cache", IN_PLACE)],
+    "snapshot": [("buf_cache_new", "buf_cache", COPY)],
+    "functional": [("buf_buf_new", "buf_buf", COPY)],
+    "reset": [("buf_buf_new", "buf_buf", COPY)],
+    "scale": [("cache_new", "cache", COPY)],
+    "float64": [("cache_new", "cache", COPY)],
+    "cast": [("state_new", "state", IN_PLACE)],
+    "rows": [("state_new", "state", IN_PLACE)],
+}
+
+
+def _standalone_map(model, args):
+    ep = torch.export.export(model, _clone(args))
+    with tempfile.TemporaryDirectory() as tmp:
+        torch_tensorrt.dynamo.convert_exported_program_to_serialized_trt_engine(
+            ep,
+            arg_inputs=list(_clone(args)),
+            lift_mutable_buffers=True,
+            min_block_size=1,
+            alias_map_path=f"{tmp}/m.json",
+        )
+        with open(f"{tmp}/m.json") as f:
+            return [
+                (a["output"], a["input"], a["update"]) for a in json.load(f)["aliases"]
+            ]
+
+
+def _matches_eager(testcase, cls, args, caller=None, **settings):
+    ep = torch.export.export(cls(), _clone(args))
+    with engines_built_execution_stood_in():
+        trt = torch_tensorrt.dynamo.compile(
+            ep, arg_inputs=list(_clone(args)), min_block_size=1, **settings
+        )
+    eager = cls()
+    compiled_args = caller(_clone(args)) if caller else _clone(args)
+    eager_args = _clone(args)
+    held = []
+    for step in range(3):
+        out = trt(*compiled_args)
+        expected = eager(*eager_args)
+        testcase.assertEqual(out, expected, msg=f"step {step}")
+        testcase.assertEqual(
+            [a.contiguous() for a in compiled_args], eager_args, msg=f"step {step}"
+        )
+        for name, buffer in eager.named_buffers():
+            testcase.assertEqual(getattr(trt, name), buffer, msg=f"{name}, {step}")
+        held.append((out, out.clone() if isinstance(out, torch.Tensor) else out))
+    for out, copy in held:
+        if isinstance(out, torch.Tensor):
+            testcase.assertEqual(out, copy, msg="an output changed after later calls")
+    return trt
+
+
+@unittest.skipIf(not CPU_BUILDER, NEEDS_CPU_BUILDER)
+class TestEveryClassHasOnePlan(TestCase):
+    def test_the_standalone_map_files_each_state_once(self):
+        for name, cls in CASES.items():
+            with self.subTest(name):
+                self.assertEqual(
+                    _standalone_map(cls(), _args(name)), EXPECTED_MAP[name]
+                )
+
+    def test_compile_matches_eager(self):
+        for name, cls in CASES.items():
+            with self.subTest(name):
+                _matches_eager(self, cls, _args(name))
+
+    def test_a_caller_state_laid_out_otherwise(self):
+        # a transposed and a sliced caller tensor of the state written in place
+        def transposed(args):
+            state = args[0].transpose(0, -1).contiguous().transpose(0, -1)
+            return (state,) + args[1:]
+
+        def sliced(args):
+            big = torch.zeros(*args[0].shape[:-1], args[0].shape[-1] + 3)
+            big[..., : args[0].shape[-1]] = args[0]
+            return (big[..., : args[0].shape[-1]],) + args[1:]
+
+        for caller in (transposed, sliced):
+            with self.subTest(caller.__name__):
+                _matches_eager(self, RowsWrite, _args("rows"), caller=caller)
+
+    def test_require_full_compilation_gives_one_engine(self):
+        trt = _matches_eager(
+            self, RowsWrite, _args("rows"), require_full_compilation=True
+        )
+        engines = [m for m in trt.modules() if hasattr(m, "aliased_io")]
+        self.assertEqual(len(engines), 1)
+        # its state needs views in the layer's form: copied back instead
+        self.assertEqual(engines[0].aliased_io, {})
+        pytorch_ops = [
+            n
+            for n in trt.graph.nodes
+            if n.op == "call_function"
+            and n.target is not operator.getitem
+            and "copy_" not in str(n.target)
+        ]
+        self.assertEqual(pytorch_ops, [], trt.graph)
+
+    def test_the_plan_is_logged_once_per_state(self):
+        with self.assertLogs(
+            "torch_tensorrt.dynamo.lowering._state_plan", logging.DEBUG
+        ) as logs:
+            _standalone_map(SnapshotBetweenWrites(), _args("snapshot"))
+        self.assertEqual(len(logs.output), 1, logs.output)
+        self.assertIn("state buf_cache (float32): copy", logs.output[0])
+
+
+class TestTheEngineCheckedAgainstThePlan(TestCase):
+    def test_an_alias_the_plan_did_not_make_is_a_bug(self):
+        plan = {
+            "cache": StateUpdate("cache", COPY, "why", "float32"),
+            "kv": StateUpdate("kv", IN_PLACE, "why", "float16", "write"),
+        }
+        check_engines_against_state_plan({"kv"}, plan)
+        with self.assertRaisesRegex(
+            RuntimeError, r"writes input\(s\) \['cache'\] in place"
+        ):
+            check_engines_against_state_plan({"kv", "cache"}, plan)
+        # a view's binding stands for its state
+        check_engines_against_state_plan(
+            {"kv_view"}, plan, binding_of={"kv": "kv_view"}
+        )
+
+    def test_a_planned_state_no_engine_aliased_is_named(self):
+        plan = {"kv": StateUpdate("kv", IN_PLACE, "why", "float16", "write")}
+        with self.assertLogs(
+            "torch_tensorrt.dynamo.lowering._state_plan", "WARNING"
+        ) as logs:
+            check_engines_against_state_plan(set(), plan)
+        self.assertIn("State kv", logs.output[0])
+        # no engine was built: nothing to compare
+        check_engines_against_state_plan(set(), plan, engines_built=False)
+
+
+if __name__ == "__main__":
+    run_tests()
