@@ -45,8 +45,10 @@ def check(seed):
             record["outcome"] = "both_refuse"
         else:
             why = state_programs.compare(program, eager, compiled)
-            record["outcome"] = "right" if why is None else (
-                "error" if compiled.error is not None else "wrong"
+            record["outcome"] = (
+                "right"
+                if why is None
+                else ("error" if compiled.error is not None else "wrong")
             )
             if why is not None:
                 record["why"] = why
