@@ -1,0 +1,96 @@
+# type: ignore
+"""An engine has one output of its own for each output of its graph.
+
+TensorRT marks a tensor as a network output once, and never a network input.
+Two graph outputs can be one tensor when a converter returns its input's
+tensor (``clone``, ``alias``): a snapshot returned beside the value it copies
+gave the engine one output for the graph's two (the runtime then indexed past
+its results: "index 1 is out of bounds"). A graph output that is an input (a
+buffer overwritten from an input, ``self.buf.copy_(z)``) failed to be marked:
+"Failed attempt to set a tensor ... as network-level output. It was previously
+set as a network-level input". Each such output is now an identity layer's, a
+copy; the same node returned twice stays one output. Engines are built by
+TensorRT-RTX on the CPU.
+"""
+
+import sys
+import unittest
+from pathlib import Path
+
+import torch
+from torch.testing._internal.common_utils import TestCase, run_tests
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lowering"))
+from test_lower_auto_functionalized import (  # noqa: E402
+    CPU_BUILDER,
+    NEEDS_CPU_BUILDER,
+    _build_engine,
+)
+
+
+class SnapshotBesideItsValue(torch.nn.Module):
+    def forward(self, x):
+        y = x * 2
+        return y, y.clone()
+
+
+class InputReturned(torch.nn.Module):
+    def forward(self, x, z):
+        return x * 2, z
+
+
+class SameNodeTwice(torch.nn.Module):
+    def forward(self, x):
+        y = x * 2
+        return y, y
+
+
+class OverwrittenFromAnInput(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("buf", torch.zeros(1, 4, 16, 8))
+
+    def forward(self, z):
+        self.buf.copy_(z)
+        return z * 2
+
+
+@unittest.skipIf(not CPU_BUILDER, NEEDS_CPU_BUILDER)
+class TestOneOutputPerGraphOutput(TestCase):
+    def test_a_snapshot_is_an_output_of_its_own(self):
+        _, gm, result = _build_engine(
+            SnapshotBesideItsValue(), (torch.randn(2, 3),), min_block_size=1
+        )
+        self.assertEqual(len(result.output_names), 2)
+
+    def test_an_input_returned_is_an_output_of_its_own(self):
+        _, _, result = _build_engine(
+            InputReturned(), (torch.randn(2, 3), torch.randn(2, 3)), min_block_size=1
+        )
+        self.assertEqual(len(result.output_names), 2)
+        self.assertEqual(len(set(result.output_names) & set(result.input_names)), 0)
+
+    def test_a_buffer_overwritten_from_an_input(self):
+        with self.assertLogs(level="DEBUG") as logs:
+            _, _, result = _build_engine(
+                OverwrittenFromAnInput(),
+                (torch.randn(1, 4, 16, 8),),
+                min_block_size=1,
+                lift_mutable_buffers=True,
+            )
+        # TensorRT refused to mark the input as an output, and the build went on
+        self.assertFalse([line for line in logs.output if "markOutput" in line])
+        self.assertEqual(result.output_names[1:], ["buf_buf_new"])
+        # the new value is an output of its own, not the input renamed
+        self.assertEqual(result.input_names, ["z", "buf_buf"])
+        self.assertEqual(set(result.output_names) & set(result.input_names), set())
+
+    def test_the_same_node_twice_stays_one_output(self):
+        _, _, result = _build_engine(
+            SameNodeTwice(), (torch.randn(2, 3),), min_block_size=1
+        )
+        self.assertEqual(len(result.output_names), 1)
+
+
+if __name__ == "__main__":
+    run_tests()
