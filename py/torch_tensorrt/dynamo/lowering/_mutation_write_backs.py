@@ -70,6 +70,9 @@ class WriteBack:
     # IKVCacheUpdateLayer takes); -1 for a dynamic dimension
     state_shape: Optional[List[int]] = None
     binding_shape: Optional[List[int]] = None
+    # the state's dtype as the caller has it (a float64 state's engine input is
+    # float32: the caller converts what it copies back)
+    dtype: Optional[str] = None
 
 
 def _in_place_update(placeholder: torch.fx.Node, value: Any) -> Tuple[bool, str]:
@@ -329,6 +332,64 @@ def with_state_shapes(
     return result
 
 
+def with_state_dtypes(
+    write_backs: Sequence[WriteBack], dtypes: Mapping[str, str]
+) -> List[WriteBack]:
+    """``write_backs`` with the dtype of each state, by input binding, as the caller has it."""
+    return [replace(w, dtype=dtypes.get(w.input_name, w.dtype)) for w in write_backs]
+
+
+def check_write_backs_against_network(
+    write_backs: Sequence[WriteBack],
+    input_names: Sequence[str],
+    output_names: Sequence[str],
+    aliased_io: Mapping[str, Tuple[str, str]],
+) -> None:
+    """Raise where the write-backs about to be returned or written do not fit the built network.
+
+    Every entry names an input and an output of the engine; a state has one
+    entry; an ``in_place`` entry bound by the engine is an alias the network
+    made (``aliased_io``), and every alias TensorRT made is an ``in_place``
+    entry. A disagreement is a bug in Torch-TensorRT, never a map to hand a
+    caller.
+    """
+    problems = []
+    seen: Dict[str, str] = {}
+    for w in write_backs:
+        if w.input_name not in input_names:
+            problems.append(f"'{w.input_name}' is not an input of the engine")
+        if w.output_name not in output_names:
+            problems.append(f"'{w.output_name}' is not an output of the engine")
+        if w.input_name in seen:
+            problems.append(
+                f"input '{w.input_name}' has two entries ('{seen[w.input_name]}' and "
+                f"'{w.output_name}')"
+            )
+        seen[w.input_name] = w.output_name
+        alias = aliased_io.get(w.output_name)
+        if w.binding == "engine" and (alias is None or alias[0] != w.input_name):
+            problems.append(
+                f"'{w.output_name}' is filed in place on '{w.input_name}', which the "
+                "engine does not alias"
+            )
+    filed = {
+        (w.output_name, w.input_name) for w in write_backs if w.update == "in_place"
+    }
+    for output_name, (input_name, kind) in aliased_io.items():
+        if kind != "user" and (output_name, input_name) not in filed:
+            problems.append(
+                f"the engine writes '{input_name}' in place as '{output_name}', which "
+                "is not filed in place"
+            )
+    if problems:
+        raise RuntimeError(
+            "The engine's state outputs disagree with its alias map: "
+            + "; ".join(problems)
+            + ". This is a bug in Torch-TensorRT's state handling, please report it "
+            "with the model"
+        )
+
+
 def alias_map(write_backs: Sequence[WriteBack]) -> Dict[str, Any]:
     """Machine-readable map of which engine output carries which input's new value.
 
@@ -361,6 +422,8 @@ def alias_map(write_backs: Sequence[WriteBack]) -> Dict[str, Any]:
         if w.state_shape is not None:
             entry["state_shape"] = list(w.state_shape)
             entry["binding_shape"] = list(w.binding_shape or w.state_shape)
+        if w.dtype is not None:
+            entry["dtype"] = w.dtype
         entries.append(entry)
     return {
         "format": ALIAS_MAP_FORMAT,
@@ -372,7 +435,15 @@ def alias_map(write_backs: Sequence[WriteBack]) -> Dict[str, Any]:
 UPDATES = ("copy", "in_place")
 BINDINGS = ("engine", "declared_alias", "same_address")
 _MAP_KEYS = ("format", "version", "aliases")
-_ENTRY_KEYS = ("output", "input", "update", "binding", "state_shape", "binding_shape")
+_ENTRY_KEYS = (
+    "output",
+    "input",
+    "update",
+    "binding",
+    "state_shape",
+    "binding_shape",
+    "dtype",
+)
 
 
 class AliasMapError(ValueError):
@@ -432,8 +503,17 @@ def _entry(i: int, entry: Any) -> WriteBack:
             f"{where}: 'state_shape' and 'binding_shape' go together, on a "
             "'binding': 'engine' entry only"
         )
+    dtype = entry.get("dtype")
+    if dtype is not None and not (isinstance(dtype, str) and dtype):
+        raise AliasMapError(f"{where}: 'dtype' is {dtype!r}; expected a dtype's name")
     return WriteBack(
-        entry["input"], entry["output"], update, binding, state_shape, binding_shape
+        entry["input"],
+        entry["output"],
+        update,
+        binding,
+        state_shape,
+        binding_shape,
+        dtype,
     )
 
 

@@ -116,7 +116,11 @@ class TestInPlaceUpdatesInTheAliasMap(TestCase):
         alias_map = self._map(Model(), (x,))
         self.assertEqual(alias_map["version"], 2)
         self.assertEqual(
-            alias_map["aliases"],
+            # the state's dtype (recorded by a later piece) is not checked here
+            [
+                {k: v for k, v in a.items() if k != "dtype"}
+                for a in alias_map["aliases"]
+            ],
             [
                 {
                     "output": "x_new",

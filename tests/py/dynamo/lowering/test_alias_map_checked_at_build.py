@@ -1,0 +1,119 @@
+# type: ignore
+"""A standalone engine's state outputs are checked against its network before
+anything is returned or written, and its alias map gives each state's dtype.
+
+The map's entries come from the write-backs the graph exposes and the aliases
+the interpreter recorded; a disagreement between them (an entry naming a tensor
+the engine lacks, a state filed twice, an alias the map does not file in place)
+is a bug raised at build, never a map handed to a caller. Each entry records
+the state's dtype as the caller has it: a float64 state is computed in float32
+(TensorRT has no float64), so the caller converts what it copies back.
+"""
+
+import json
+import tempfile
+import unittest
+
+import torch
+import torch_tensorrt
+from test_lower_auto_functionalized import CPU_BUILDER, NEEDS_CPU_BUILDER, _clone
+from torch.testing._internal.common_utils import TestCase, run_tests
+from torch_tensorrt.dynamo.lowering._mutation_write_backs import (
+    AliasMapError,
+    WriteBack,
+    check_write_backs_against_network,
+    read_alias_map,
+)
+
+
+class SlabWrite(torch.nn.Module):
+    def forward(self, cache, u):
+        cache[:, :, 5:6, :] = u
+        return u * 2
+
+
+def _map(model, args):
+    ep = torch.export.export(model, _clone(args))
+    with tempfile.TemporaryDirectory() as tmp:
+        torch_tensorrt.dynamo.convert_exported_program_to_serialized_trt_engine(
+            ep,
+            arg_inputs=list(_clone(args)),
+            min_block_size=1,
+            alias_map_path=f"{tmp}/m.json",
+        )
+        with open(f"{tmp}/m.json") as f:
+            return json.load(f)
+
+
+@unittest.skipIf(not CPU_BUILDER, NEEDS_CPU_BUILDER)
+class TestTheMapGivesEachStatesDtype(TestCase):
+    def test_dtype_per_entry(self):
+        for dtype, update in (
+            (torch.float16, "in_place"),
+            (torch.float64, "copy"),
+            (torch.int32, "copy"),
+        ):
+            with self.subTest(dtype):
+                args = (
+                    torch.zeros(1, 4, 16, 8, dtype=dtype),
+                    torch.ones(1, 4, 1, 8, dtype=dtype),
+                )
+                (entry,) = _map(SlabWrite(), args)["aliases"]
+                self.assertEqual(entry["update"], update)
+                self.assertEqual(entry["dtype"], str(dtype).replace("torch.", ""))
+                (read,) = read_alias_map(_map(SlabWrite(), args))
+                self.assertEqual(read.dtype, entry["dtype"])
+
+
+class TestTheWriteBacksCheckedAgainstTheNetwork(TestCase):
+    INPUTS = ["cache", "u"]
+    OUTPUTS = ["output0", "cache_new"]
+    KV = {"cache_new": ("cache", "kv_cache_update")}
+
+    def check(self, write_backs, aliased_io=None):
+        check_write_backs_against_network(
+            write_backs,
+            self.INPUTS,
+            self.OUTPUTS,
+            self.KV if aliased_io is None else aliased_io,
+        )
+
+    def test_what_agrees_passes(self):
+        self.check([WriteBack("cache", "cache_new", "in_place", "engine")])
+        self.check([WriteBack("cache", "cache_new")], aliased_io={})
+
+    def test_each_disagreement_is_named(self):
+        cases = {
+            "'missing' is not an output of the engine": [
+                WriteBack("cache", "missing", "in_place", "engine")
+            ],
+            "'x' is not an input of the engine": [WriteBack("x", "output0")],
+            "input 'cache' has two entries": [
+                WriteBack("cache", "cache_new", "in_place", "engine"),
+                WriteBack("cache", "output0"),
+            ],
+            "which is not filed in place": [WriteBack("cache", "cache_new")],
+        }
+        for message, write_backs in cases.items():
+            with self.subTest(message):
+                with self.assertRaisesRegex(RuntimeError, message):
+                    self.check(write_backs)
+        with self.assertRaisesRegex(RuntimeError, "which the engine does not alias"):
+            self.check(
+                [WriteBack("cache", "cache_new", "in_place", "engine")], aliased_io={}
+            )
+
+    def test_a_bad_dtype_in_a_map_is_refused(self):
+        entry = {"output": "o", "input": "i", "update": "copy", "dtype": 3}
+        with self.assertRaisesRegex(AliasMapError, "'dtype' is 3"):
+            read_alias_map(
+                {
+                    "format": "torch_tensorrt.engine_io_aliases",
+                    "version": 2,
+                    "aliases": [entry],
+                }
+            )
+
+
+if __name__ == "__main__":
+    run_tests()
