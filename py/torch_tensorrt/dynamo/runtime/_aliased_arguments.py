@@ -264,7 +264,7 @@ class _ArgumentBinder:
             and children[0].num_children + children[1].num_children == count
             and all(leaf.is_leaf() for part in children for leaf in _children(part))
             and list(children[1].context)
-            == [p for p in self.signature.parameters][children[0].num_children :]
+            == list(self.signature.parameters)[children[0].num_children :]
         )
 
     def __call__(
