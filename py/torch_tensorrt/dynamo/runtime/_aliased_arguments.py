@@ -234,8 +234,9 @@ class _ArgumentBinder:
     """The values a graph module's placeholders take for ``module(*args, **kwargs)``.
 
     The signature of its ``forward`` and the structure of its inputs are read
-    once; a call whose inputs are one tensor per parameter, the form of every
-    module ``compile()`` returns, binds without ``inspect``.
+    once. A ``forward`` whose parameters all take one argument each, positional
+    or by name (every module ``compile()`` returns), binds without ``inspect``;
+    when each argument is one placeholder, the arguments are the values.
     """
 
     def __init__(self, module: torch.fx.GraphModule) -> None:
@@ -248,8 +249,9 @@ class _ArgumentBinder:
             p.kind == inspect.Parameter.POSITIONAL_OR_KEYWORD
             and p.default is inspect.Parameter.empty
             for p in parameters
-        ) and self._flat(len(parameters)):
+        ):
             self.names = tuple(p.name for p in parameters)
+        self.flat = self.names is not None and self._flat(len(parameters))
 
     def _flat(self, count: int) -> bool:
         """Whether the input structure is the parameters in order, one leaf each."""
@@ -272,17 +274,22 @@ class _ArgumentBinder:
     ) -> Optional[Sequence[Any]]:
         """``None`` when the call does not bind; ``forward`` then raises its own error."""
         names = self.names
-        if names is not None:
-            if not kwargs:
-                return args if len(args) == len(names) else None
+        if names is None:
+            return self._general(args, kwargs)
+        values: Sequence[Any]
+        if not kwargs:
+            if len(args) != len(names):
+                return None
+            values = args
+        else:
             rest = names[len(args) :]
             if len(args) > len(names) or len(kwargs) != len(rest):
                 return None
             try:
-                return [*args, *(kwargs[name] for name in rest)]
+                values = [*args, *(kwargs[name] for name in rest)]
             except KeyError:
                 return None
-        return self._general(args, kwargs)
+        return values if self.flat else self._flattened(list(values))
 
     def _general(
         self, args: Tuple[Any, ...], kwargs: Dict[str, Any]
@@ -300,10 +307,13 @@ class _ArgumentBinder:
                 values.extend(value.values())
             else:
                 values.append(value)
+        return self._flattened(values)
+
+    def _flattened(self, values: List[Any]) -> Optional[List[Any]]:
+        """The leaves of ``forward``'s arguments, as its pytree prologue takes them."""
         in_spec = self.in_spec
         if in_spec is None:
             return values
-        # the prologue the pytree code generator writes into forward
         children = _children(in_spec)
         if (
             in_spec.type is tuple

@@ -30,7 +30,10 @@ from torch_tensorrt.dynamo.runtime._aliased_arguments import (
 from torch_tensorrt.dynamo.runtime._TorchTensorRTModule import TorchTensorRTModule
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lowering"))
-from test_compile_with_stand_in_engines import compile_on_cpu  # noqa: E402
+from test_compile_with_stand_in_engines import (  # noqa: E402
+    compile_on_cpu,
+    engines_built_execution_stood_in,
+)
 from test_lower_auto_functionalized import (  # noqa: E402
     CPU_BUILDER,
     NEEDS_CPU_BUILDER,
@@ -241,6 +244,13 @@ class TwoWritten(torch.nn.Module):
         b *= 2
 
 
+class TwoWrittenInAList(torch.nn.Module):
+    def forward(self, x, states):
+        states[0].add_(1)
+        states[1].mul_(2)
+        return x + states[0]
+
+
 class WrittenAndRead(torch.nn.Module):
     def forward(self, a, b):
         torch.ops.trt_mut.add_one_(a)
@@ -388,6 +398,33 @@ class TestOneCheckPerCall(TestCase):
                 trt(b=a, a=a)
         self.assertEqual(reads, [])
         self.assertEqual(a, torch.full((4, 16), 10.0))
+
+    def test_a_list_of_states_is_bound_without_inspect_too(self):
+        args = (_ones(4, 16), [_ones(4, 16), _ones(4, 16)])
+        ep = torch.export.export(TwoWrittenInAList(), args)
+        with engines_built_execution_stood_in():
+            trt = torch_tensorrt.dynamo.compile(
+                ep,
+                arg_inputs=[_ones(4, 16), [_ones(4, 16), _ones(4, 16)]],
+                min_block_size=1,
+            )
+        reads = []
+        real_bind = inspect.Signature.bind
+
+        def bind(self, *args, **kwargs):
+            reads.append("bind")
+            return real_bind(self, *args, **kwargs)
+
+        x, a, b = _ones(4, 16), _ones(4, 16), _ones(4, 16)
+        with unittest.mock.patch.object(inspect.Signature, "bind", bind):
+            trt(x, [a, b])
+            trt(x, states=[a, b])
+            with self.assertRaisesRegex(
+                RuntimeError, r"writes input '\w+' in place and input '\w+' shares"
+            ):
+                trt(x, [a, a[1:]])
+        self.assertEqual(reads, [])
+        self.assertEqual((a, b), (torch.full((4, 16), 3.0), torch.full((4, 16), 4.0)))
 
     def test_the_engine_does_not_check_again_within_a_checked_call(self):
         trt, built = compile_on_cpu(
