@@ -19,6 +19,9 @@ Two parts, both written to the JSON file ``--out`` names:
   check a no-op) in this process, eager PyTorch, and, with
   ``--unpatched-python`` (an interpreter with the released wheel installed),
   the unpatched wheel's module, timed by this script in that interpreter.
+  Each module is first called once on copies of the arguments and its states
+  compared with eager PyTorch's (``matches_eager``); a size that fails is
+  recorded under ``errors`` and the others still run.
 
 The model writes each state at a position given at run time, as a KV cache
 step does (the states are inputs; with N = 0 it computes ``u * 2 + 1`` only)::
@@ -151,7 +154,10 @@ def _without_check(module: torch.nn.Module) -> Callable[[], None]:
     replaced = []
     # the engines call it by the name each runtime module imported
     for name in ("_aliased_arguments", "_TRTEngine", "_TorchTensorRTModule"):
-        owner = importlib.import_module(f"torch_tensorrt.dynamo.runtime.{name}")
+        try:
+            owner = importlib.import_module(f"torch_tensorrt.dynamo.runtime.{name}")
+        except ImportError:
+            continue
         if hasattr(owner, "check_engine_inputs_distinct"):
             replaced.append((owner, owner.check_engine_inputs_distinct))
             owner.check_engine_inputs_distinct = lambda *a, **k: None
@@ -163,6 +169,48 @@ def _without_check(module: torch.nn.Module) -> Callable[[], None]:
             owner.check_engine_inputs_distinct = function
 
     return restore
+
+
+def _time_module(
+    n: int, calls: int, with_check_off: bool, result: Dict[str, Any]
+) -> None:
+    """Times eager and compile()'s module (and without the check) at ``n`` states."""
+    import torch_tensorrt
+
+    args = _arguments(n, "cuda")
+    eager, eager_args = WritesStates(), [a.clone() for a in args]
+    result["eager_us"][str(n)] = round(
+        median_us(lambda: eager(*eager_args), calls, sync=True), 2
+    )
+    ep = torch.export.export(WritesStates().eval(), tuple(a.clone() for a in args))
+    trt = torch_tensorrt.dynamo.compile(
+        ep, arg_inputs=[a.clone() for a in args], min_block_size=1
+    )
+    # one call against eager first: the states written as PyTorch writes them
+    compiled_args, eager_args_once = [a.clone() for a in args], [
+        a.clone() for a in args
+    ]
+    trt(*compiled_args)
+    WritesStates()(*eager_args_once)
+    result.setdefault("matches_eager", {})[str(n)] = all(
+        torch.equal(c, e) for c, e in zip(compiled_args, eager_args_once)
+    )
+    result["module_us"][str(n)] = round(
+        median_us(lambda: trt(*args), calls, sync=True), 2
+    )
+    if with_check_off:
+        restore = _without_check(trt)
+        try:
+            result["module_check_off_us"][str(n)] = round(
+                median_us(lambda: trt(*args), calls, sync=True), 2
+            )
+        finally:
+            restore()
+    print(
+        f"module, {n:4d} written states: eager {result['eager_us'][str(n)]:9.2f} "
+        f"us, module {result['module_us'][str(n)]:9.2f} us per call"
+    )
+    del trt, ep
 
 
 def module_part(
@@ -179,31 +227,11 @@ def module_part(
     if with_check_off:
         result["module_check_off_us"] = {}
     for n in states:
-        args = _arguments(n, "cuda")
-        eager, eager_args = WritesStates(), [a.clone() for a in args]
-        result["eager_us"][str(n)] = round(
-            median_us(lambda: eager(*eager_args), calls, sync=True), 2
-        )
-        ep = torch.export.export(WritesStates().eval(), tuple(a.clone() for a in args))
-        trt = torch_tensorrt.dynamo.compile(
-            ep, arg_inputs=[a.clone() for a in args], min_block_size=1
-        )
-        result["module_us"][str(n)] = round(
-            median_us(lambda: trt(*args), calls, sync=True), 2
-        )
-        if with_check_off:
-            restore = _without_check(trt)
-            try:
-                result["module_check_off_us"][str(n)] = round(
-                    median_us(lambda: trt(*args), calls, sync=True), 2
-                )
-            finally:
-                restore()
-        print(
-            f"module, {n:4d} written states: eager {result['eager_us'][str(n)]:9.2f} "
-            f"us, module {result['module_us'][str(n)]:9.2f} us per call"
-        )
-        del trt, ep
+        try:
+            _time_module(n, calls, with_check_off, result)
+        except Exception as e:  # recorded: the other sizes still run
+            result.setdefault("errors", {})[str(n)] = f"{type(e).__name__}: {e}"
+            print(f"module, {n:4d} written states: {type(e).__name__}: {e}")
     return result
 
 

@@ -340,18 +340,6 @@ def _children(spec: Any) -> List[Any]:
     return list(spec.children_specs)
 
 
-def flat_graph_inputs(
-    module: torch.fx.GraphModule, args: Tuple[Any, ...], kwargs: Dict[str, Any]
-) -> Optional[List[Any]]:
-    """The values ``module``'s placeholders take for ``module(*args, **kwargs)``.
-
-    ``None`` when the call does not bind; ``forward`` then raises its own error.
-    Reads the signature on every call: a check made once uses its own binder.
-    """
-    values = _ArgumentBinder(module)(args, kwargs)
-    return None if values is None else list(values)
-
-
 class InPlaceArgumentsCheck:
     """Forward pre-hook of a compiled module: no argument overlaps a written input.
 
