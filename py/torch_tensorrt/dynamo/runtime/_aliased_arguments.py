@@ -11,15 +11,29 @@ both arguments, before anything runs.
 
 Two tensors overlap when some element of one is stored at the address of some
 element of the other. Views with the same sizes and strides are compared
-exactly (``x[:, 0]`` and ``x[:, 1]`` of one storage do not overlap); any other
-pair overlaps when the address ranges they span intersect.
+exactly (``x[:, 0]`` and ``x[:, 1]`` of one storage do not overlap, nor do two
+expanded views of distinct elements); any other pair overlaps when the address
+ranges they span intersect.
+
+The check runs on every call, so it costs ``O(n log n)`` in the number of
+tensors: their address ranges are sorted and swept once, and only pairs whose
+ranges meet (none, for states in separate allocations) are compared element by
+element. Everything that does not depend on the call's tensors (how the
+arguments bind to the graph's inputs, which inputs are written, their names) is
+computed once, when the check is made. Within a call of ``compile()``'s module,
+whose forward pre-hook checked the caller's arguments, the engines do not check
+their inputs again: the partitioner gives no engine two inputs that share
+memory unless the caller's arguments do
+(:mod:`~torch_tensorrt.dynamo.partitioning._in_place_engine_inputs`).
 """
 
 from __future__ import annotations
 
+import contextvars
 import inspect
 import logging
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+import operator
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 from torch.fx._pytree import tree_flatten_spec
@@ -30,6 +44,15 @@ logger = logging.getLogger(__name__)
 # and the two views are taken to overlap
 _MAX_CANDIDATES = 64
 
+# How many calls of compile()'s modules, whose pre-hooks checked their
+# arguments, are running in this context: the engines inside them need not
+# check their inputs again. A forward hook that also runs when forward raises
+# counts a call down; one counted down too often (another pre-hook raised
+# before this one ran) only makes the engines check again
+_CHECKED_CALLS: contextvars.ContextVar[int] = contextvars.ContextVar(
+    "torch_tensorrt_checked_calls", default=0
+)
+
 
 def _span(t: torch.Tensor) -> Tuple[int, int]:
     """First and one-past-last byte address ``t``'s elements occupy."""
@@ -39,7 +62,10 @@ def _span(t: torch.Tensor) -> Tuple[int, int]:
 
 
 def _difference_reachable(d: int, dims: Sequence[Tuple[int, int]]) -> bool:
-    """Whether ``d = sum(j_k * stride_k)`` with ``|j_k| < size_k`` for some ``j``."""
+    """Whether ``d = sum(j_k * stride_k)`` with ``|j_k| < size_k`` for some ``j``.
+
+    Every stride in ``dims`` is positive.
+    """
     if not dims:
         return d == 0
     (stride, size), rest = dims[0], dims[1:]
@@ -72,11 +98,77 @@ def tensors_overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
         or (b_start - a_start) % itemsize
     ):
         return True
+    # a dimension of stride 0 (an expanded view) repeats one address: it adds
+    # no offset, so it is left out of the search
     dims = sorted(
-        ((stride, size) for size, stride in zip(a.shape, a.stride()) if size > 1),
+        (
+            (stride, size)
+            for size, stride in zip(a.shape, a.stride())
+            if size > 1 and stride > 0
+        ),
         reverse=True,
     )
     return _difference_reachable((b_start - a_start) // itemsize, dims)
+
+
+def _is_fake(t: torch.Tensor) -> bool:
+    # traced calls (export, FakeTensor propagation) have no memory to compare
+    return isinstance(t, torch._subclasses.FakeTensor) or t.device.type == "meta"
+
+
+def _overlapping_pair(
+    tensors: Sequence[torch.Tensor], written: Sequence[bool]
+) -> Optional[Tuple[int, int]]:
+    """The first pair ``(w, k)`` with ``tensors[w]`` written that overlaps ``tensors[k]``.
+
+    Pairs are ordered as a double loop over written ``w`` and then every other
+    ``k`` would find them (two written tensors as ``(min, max)``). Address
+    ranges are sorted and swept once; only pairs whose ranges meet are compared.
+    """
+    starts = [t.data_ptr() for t in tensors]
+    ends = [
+        start + t.nbytes if t.is_contiguous() else _span(t)[1]
+        for start, t in zip(starts, tensors)
+    ]
+    spans = sorted(zip(starts, ends, range(len(tensors))))
+    if all(
+        map(operator.le, [e for _, e, _ in spans[:-1]], [s for s, _, _ in spans[1:]])
+    ):
+        return None  # no range meets the next one: none meets another
+    found: Optional[Tuple[int, int]] = None
+    # the ranges that started before the current one and may still meet it
+    earlier: List[Tuple[int, int]] = []  # (end, position)
+    reach = 0  # where the last of them ends
+    for start, end, position in spans:
+        if not start or end <= start:
+            continue  # no memory: an empty or a meta tensor
+        if start >= reach:
+            earlier.clear()  # each one ends before this one starts
+        for earlier_end, other in earlier:
+            if earlier_end <= start or not (written[position] or written[other]):
+                continue  # apart, or two tensors nobody writes
+            if not tensors_overlap(tensors[position], tensors[other]):
+                continue
+            if written[position] and written[other]:
+                pair = (min(position, other), max(position, other))
+            elif written[position]:
+                pair = (position, other)
+            else:
+                pair = (other, position)
+            if found is None or pair < found:
+                found = pair
+        earlier.append((end, position))
+        reach = max(reach, end)
+    return found
+
+
+def _refuse(owner: str, pair: Tuple[int, int], describe: Callable[[int], str]) -> None:
+    w_text, o_text = describe(pair[0]), describe(pair[1])
+    raise RuntimeError(
+        f"{owner} writes {w_text} in place and {o_text} shares memory "
+        "with it, so the result would differ from eager PyTorch's: "
+        f"pass tensors that do not overlap (e.g. a clone of the {o_text})."
+    )
 
 
 def _shown(name: str) -> str:
@@ -99,84 +191,153 @@ def check_in_place_arguments_distinct(
     if torch.compiler.is_compiling():
         return  # traced, not called: there is no memory to compare
     written_positions = set(written)
-    # (how the message names it, the tensor, whether owner writes it)
-    entries: List[Tuple[str, torch.Tensor, bool]] = [
-        (f"input {_shown(names[i])}", v, i in written_positions)
-        for i, v in enumerate(values)
-        if isinstance(v, torch.Tensor) and not _is_fake(v)
-    ]
-    entries += [
-        (f"buffer {_shown(name)}", state, True)
-        for name, state in kept_states
-        if not _is_fake(state)
-    ]
-    for w, (w_text, w_tensor, w_written) in enumerate(entries):
-        if not w_written:
-            continue
-        for k, (o_text, o_tensor, o_written) in enumerate(entries):
-            if k == w or (o_written and k < w):
-                continue  # itself, or a pair already compared
-            if tensors_overlap(w_tensor, o_tensor):
-                raise RuntimeError(
-                    f"{owner} writes {w_text} in place and {o_text} shares memory "
-                    "with it, so the result would differ from eager PyTorch's: "
-                    f"pass tensors that do not overlap (e.g. a clone of the {o_text})."
-                )
+    positions: Sequence[int] = range(len(values))  # of the tensors compared
+    tensors: List[Any] = list(values)
+    if not all(type(v) is torch.Tensor for v in values):
+        # numbers, None, subclasses: only real tensors have memory to compare
+        positions = [
+            i
+            for i, v in enumerate(values)
+            if isinstance(v, torch.Tensor) and not _is_fake(v)
+        ]
+        tensors = [values[i] for i in positions]
+    is_written = [i in written_positions for i in positions]
+    states = [(name, t) for name, t in kept_states if not _is_fake(t)]
+    tensors += [t for _, t in states]
+    is_written += [True] * len(states)
+    if not any(is_written):
+        return
+    pair = _overlapping_pair(tensors, is_written)
+    if pair is not None:
+        texts = [("input", names[i]) for i in positions]
+        texts += [("buffer", name) for name, _ in states]
+        _refuse(owner, pair, lambda k: f"{texts[k][0]} {_shown(texts[k][1])}")
 
 
-def _is_fake(t: torch.Tensor) -> bool:
-    # traced calls (export, FakeTensor propagation) have no memory to compare
-    return isinstance(t, torch._subclasses.FakeTensor) or t.device.type == "meta"
+def check_engine_inputs_distinct(
+    engine_name: str,
+    inputs: Sequence[Any],
+    names: Sequence[str],
+    written: Sequence[int],
+) -> None:
+    """An engine's own check of its inputs (``written``: the positions it writes).
 
-
-def flat_graph_inputs(
-    module: torch.fx.GraphModule, args: Tuple[Any, ...], kwargs: Dict[str, Any]
-) -> Optional[List[Any]]:
-    """The values ``module``'s placeholders take for ``module(*args, **kwargs)``.
-
-    ``None`` when the call does not bind; ``forward`` then raises its own error.
+    Skipped within a call of ``compile()``'s module whose arguments its pre-hook
+    checked, so one call is checked once.
     """
-    signature = inspect.signature(module.forward)
-    try:
-        bound = signature.bind(*args, **kwargs)
-    except TypeError:
-        return None
-    values: List[Any] = []
-    for name, value in bound.arguments.items():
-        kind = signature.parameters[name].kind
-        if kind == inspect.Parameter.VAR_POSITIONAL:
-            values.extend(value)
-        elif kind == inspect.Parameter.VAR_KEYWORD:
-            values.extend(value.values())
-        else:
-            values.append(value)
-    info = getattr(module.graph._codegen, "pytree_info", None)
-    in_spec = getattr(info, "in_spec", None)
-    if in_spec is None:
-        return values
-    # the prologue the pytree code generator writes into forward
-    children = (
-        [in_spec.child(i) for i in range(in_spec.num_children)]
-        if hasattr(in_spec, "child")  # newer torch deprecates children_specs
-        else list(in_spec.children_specs)
-    )
-    if (
-        in_spec.type is tuple
-        and len(children) == 2
-        and children[0].type is tuple
-        and children[1].type is dict
-    ):
-        count = children[0].num_children
-        structure: Any = (
-            values[:count],
-            dict(zip(children[1].context, values[count:])),
+    if _CHECKED_CALLS.get():
+        return
+    check_in_place_arguments_distinct(f"Engine {engine_name}", inputs, names, written)
+
+
+class _ArgumentBinder:
+    """The values a graph module's placeholders take for ``module(*args, **kwargs)``.
+
+    The signature of its ``forward`` and the structure of its inputs are read
+    once. A ``forward`` whose parameters all take one argument each, positional
+    or by name (every module ``compile()`` returns), binds without ``inspect``;
+    when each argument is one placeholder, the arguments are the values.
+    """
+
+    def __init__(self, module: torch.fx.GraphModule) -> None:
+        self.signature = inspect.signature(module.forward)
+        info = getattr(module.graph._codegen, "pytree_info", None)
+        self.in_spec = getattr(info, "in_spec", None)
+        parameters = list(self.signature.parameters.values())
+        self.names: Optional[Tuple[str, ...]] = None
+        if all(
+            p.kind == inspect.Parameter.POSITIONAL_OR_KEYWORD
+            and p.default is inspect.Parameter.empty
+            for p in parameters
+        ):
+            self.names = tuple(p.name for p in parameters)
+        self.flat = self.names is not None and self._flat(len(parameters))
+
+    def _flat(self, count: int) -> bool:
+        """Whether the input structure is the parameters in order, one leaf each."""
+        if self.in_spec is None:
+            return True
+        children = _children(self.in_spec)
+        return (
+            self.in_spec.type is tuple
+            and len(children) == 2
+            and children[0].type is tuple
+            and children[1].type is dict
+            and children[0].num_children + children[1].num_children == count
+            and all(leaf.is_leaf() for part in children for leaf in _children(part))
+            and list(children[1].context)
+            == list(self.signature.parameters)[children[0].num_children :]
         )
-    else:
-        structure = values
-    try:
-        return list(tree_flatten_spec(structure, in_spec))
-    except Exception:  # the generated forward raises its own error
-        return None
+
+    def __call__(
+        self, args: Tuple[Any, ...], kwargs: Dict[str, Any]
+    ) -> Optional[Sequence[Any]]:
+        """``None`` when the call does not bind; ``forward`` then raises its own error."""
+        names = self.names
+        if names is None:
+            return self._general(args, kwargs)
+        values: Sequence[Any]
+        if not kwargs:
+            if len(args) != len(names):
+                return None
+            values = args
+        else:
+            rest = names[len(args) :]
+            if len(args) > len(names) or len(kwargs) != len(rest):
+                return None
+            try:
+                values = [*args, *(kwargs[name] for name in rest)]
+            except KeyError:
+                return None
+        return values if self.flat else self._flattened(list(values))
+
+    def _general(
+        self, args: Tuple[Any, ...], kwargs: Dict[str, Any]
+    ) -> Optional[List[Any]]:
+        try:
+            bound = self.signature.bind(*args, **kwargs)
+        except TypeError:
+            return None
+        values: List[Any] = []
+        for name, value in bound.arguments.items():
+            kind = self.signature.parameters[name].kind
+            if kind == inspect.Parameter.VAR_POSITIONAL:
+                values.extend(value)
+            elif kind == inspect.Parameter.VAR_KEYWORD:
+                values.extend(value.values())
+            else:
+                values.append(value)
+        return self._flattened(values)
+
+    def _flattened(self, values: List[Any]) -> Optional[List[Any]]:
+        """The leaves of ``forward``'s arguments, as its pytree prologue takes them."""
+        in_spec = self.in_spec
+        if in_spec is None:
+            return values
+        children = _children(in_spec)
+        if (
+            in_spec.type is tuple
+            and len(children) == 2
+            and children[0].type is tuple
+            and children[1].type is dict
+        ):
+            count = children[0].num_children
+            structure: Any = (
+                values[:count],
+                dict(zip(children[1].context, values[count:])),
+            )
+        else:
+            structure = values
+        try:
+            return list(tree_flatten_spec(structure, in_spec))
+        except Exception:  # the generated forward raises its own error
+            return None
+
+
+def _children(spec: Any) -> List[Any]:
+    if hasattr(spec, "child"):  # newer torch deprecates children_specs
+        return [spec.child(i) for i in range(spec.num_children)]
+    return list(spec.children_specs)
 
 
 class InPlaceArgumentsCheck:
@@ -185,15 +346,26 @@ class InPlaceArgumentsCheck:
     Registered by ``compile()`` on a module that writes some of its inputs or
     buffers; ``written`` and ``buffers`` come from the module's graph
     (:func:`~torch_tensorrt.dynamo.runtime._input_mutations.mutated_inputs` and
-    ``mutated_buffers``), ``names`` are its placeholders.
+    ``mutated_buffers``), ``names`` are its placeholders. While the call it
+    checked runs, the engines inside skip their own check
+    (:func:`check_engine_inputs_distinct`); :meth:`done`, a forward hook that
+    also runs when forward raises, ends that.
     """
 
     def __init__(
-        self, names: Sequence[str], written: Sequence[int], buffers: Sequence[str]
+        self,
+        names: Sequence[str],
+        written: Sequence[int],
+        buffers: Sequence[str],
+        binder: Optional[_ArgumentBinder] = None,
     ) -> None:
         self.names = list(names)
         self.written = list(written)
         self.buffers = list(buffers)
+        self._binder = binder
+        written_positions = set(self.written)
+        self._is_written = [i in written_positions for i in range(len(self.names))]
+        self._buffer_paths = [tuple(name.split(".")) for name in self.buffers]
 
     @classmethod
     def of_module(cls, module: torch.fx.GraphModule) -> Optional[InPlaceArgumentsCheck]:
@@ -207,22 +379,48 @@ class InPlaceArgumentsCheck:
         if not written and not buffers:
             return None
         names = [str(n.target) for n in module.graph.nodes if n.op == "placeholder"]
-        return cls(names, written, buffers)
+        return cls(names, written, buffers, _ArgumentBinder(module))
+
+    def _buffer(self, module: torch.nn.Module, path: Tuple[str, ...]) -> Any:
+        owner: Any = module
+        for part in path[:-1]:
+            owner = owner._modules.get(part) or getattr(owner, part, None)
+        state = owner._buffers.get(path[-1]) if owner is not None else None
+        return state if state is not None else getattr(owner, path[-1], None)
 
     def check(self, module: torch.nn.Module, values: Sequence[Any]) -> None:
         """Refuse ``values`` (one per placeholder) if one overlaps a written input."""
-        if len(values) != len(self.names):
-            return  # forward raises its own error
-        states = []
-        for name in self.buffers:
-            state: Any = module
-            for part in name.split("."):
-                state = getattr(state, part, None)
-            if isinstance(state, torch.Tensor):
-                states.append((name, state))
-        check_in_place_arguments_distinct(
-            "The compiled module", values, self.names, self.written, states
-        )
+        if len(values) != len(self.names) or torch.compiler.is_compiling():
+            return  # forward raises its own error; a traced call has no memory
+        tensors: List[Any] = list(values)
+        is_written = list(self._is_written)
+        positions: Sequence[int] = range(len(values))  # of the tensors compared
+        if not all(type(v) is torch.Tensor for v in values):
+            # numbers, None, subclasses: only real tensors have memory to compare
+            positions = [
+                i
+                for i, v in enumerate(values)
+                if isinstance(v, torch.Tensor) and not _is_fake(v)
+            ]
+            tensors = [values[i] for i in positions]
+            is_written = [self._is_written[i] for i in positions]
+        buffers = []
+        for b, path in enumerate(self._buffer_paths):
+            state = self._buffer(module, path)
+            if isinstance(state, torch.Tensor) and not _is_fake(state):
+                tensors.append(state)
+                is_written.append(True)
+                buffers.append(b)
+        pair = _overlapping_pair(tensors, is_written)
+        if pair is not None:
+            labels = [("input", i) for i in positions]
+            labels += [("buffer", b) for b in buffers]
+            _refuse("The compiled module", pair, lambda k: self._label(labels[k]))
+
+    def _label(self, label: Tuple[str, int]) -> str:
+        kind, index = label
+        name = self.names[index] if kind == "input" else self.buffers[index]
+        return f"{kind} {_shown(name)}"
 
     def __call__(
         self,
@@ -230,10 +428,21 @@ class InPlaceArgumentsCheck:
         args: Tuple[Any, ...],
         kwargs: Dict[str, Any],
     ) -> None:
-        values = flat_graph_inputs(module, args, kwargs)
-        if values is not None:
-            self.check(module, values)
+        binder = self._binder
+        if binder is None:
+            binder = self._binder = _ArgumentBinder(module)
+        values = binder(args, kwargs)
+        if values is None or torch.compiler.is_compiling():
+            return None  # forward raises its own error; a traced call is not run
+        self.check(module, values)
+        # the call is checked: its engines need not check again
+        _CHECKED_CALLS.set(_CHECKED_CALLS.get() + 1)
         return None
+
+    def done(self, module: torch.nn.Module, *args: Any) -> None:
+        """Forward hook (``always_call=True``): the checked call has ended."""
+        if not torch.compiler.is_compiling():
+            _CHECKED_CALLS.set(max(_CHECKED_CALLS.get() - 1, 0))
 
 
 def register_in_place_arguments_check(module: torch.nn.Module) -> None:
@@ -246,6 +455,7 @@ def register_in_place_arguments_check(module: torch.nn.Module) -> None:
     check = InPlaceArgumentsCheck.of_module(module)
     if check is not None:
         module.register_forward_pre_hook(check, with_kwargs=True)
+        module.register_forward_hook(check.done, always_call=True)
         logger.debug(
             f"Calls are checked for arguments overlapping the written inputs "
             f"{[check.names[i] for i in check.written]} and buffers {check.buffers}"

@@ -411,6 +411,98 @@ class TestNumbersComeBackAsNumbers(TestCase):
         self.assertEqual(result[1:], (12, 2.5, True))
         self.assertEqual([type(r) for r in result[1:]], [int, float, bool])
 
+    def test_numbers_of_the_input_shapes_are_computed_on_the_host(self):
+        """As eager computes them: a SymFloat in float64 (the engine carries
+        float32), its engine output not read (no ``.item()``, no synchronization)."""
+        import pickle
+
+        from torch_tensorrt.dynamo.runtime._TorchTensorRTModule import (
+            TorchTensorRTModule,
+        )
+
+        ep, _ = _export(ShapeNumbers(), dynamic=True)
+        recorded = extract_symbolic_shape_expressions(ep.graph_module)
+        self.assertEqual(
+            [o.get("is_scalar", False) for o in recorded["outputs"]],
+            [False, True, True, True, True],
+        )
+        module = TorchTensorRTModule(
+            name="m",
+            input_binding_names=["x"],
+            output_binding_names=[f"output{i}" for i in range(5)],
+            symbolic_shape_expressions=recorded,
+        )
+        module.engine = object()
+        x = torch.zeros(7, 8)
+        third = torch.tensor(7 / 3, dtype=torch.float32)  # what the engine holds
+        engine_outputs = [x * 2, third, torch.tensor(3), torch.tensor(True), third]
+        read = []
+        real_item = torch.Tensor.item
+
+        def item(t):
+            read.append(t)
+            return real_item(t)
+
+        with unittest.mock.patch.object(
+            torch.ops.tensorrt,
+            "execute_engine",
+            lambda inputs, engine: list(engine_outputs),
+            create=True,
+        ), unittest.mock.patch.object(
+            torch.Tensor, "is_cuda", True
+        ), unittest.mock.patch.object(
+            torch.Tensor, "item", item
+        ):
+            result = module(x)
+            # the functions are made again from the records of a pickled module
+            reloaded = pickle.loads(pickle.dumps(module._scalar_outputs))
+            self.assertEqual(tuple(reloaded), (1, 2, 3, 4))
+            self.assertEqual(
+                reloaded.returned(engine_outputs, [x])[1:], list(result[1:])
+            )
+        self.assertEqual(read, [], "a number of the input shapes was read")
+        eager = ShapeNumbers()(x)
+        self.assertEqual([type(r) for r in result[1:]], [float, int, bool, float])
+        self.assertEqual(result[1:], eager[1:])
+        self.assertEqual(result[1], 2.3333333333333335)  # float32: 2.3333332538604736
+        self.assertEqual(result[4], eager[4])
+
+    def test_numbers_read_from_the_device_cost_one_synchronization(self):
+        from torch_tensorrt.dynamo.conversion._output_shape_metadata import (
+            numbers_from_device,
+        )
+
+        class OnDevice:
+            device = torch.device("cuda")
+
+            def __init__(self, value):
+                self.value = value
+
+            def to(self, device, non_blocking=False):
+                assert device == "cpu" and non_blocking
+                return torch.tensor(self.value)
+
+            def item(self):
+                raise AssertionError("each .item() on the device synchronizes")
+
+        synchronized = []
+        stream = unittest.mock.Mock(synchronize=lambda: synchronized.append(1))
+        with unittest.mock.patch.object(
+            torch.cuda, "current_stream", return_value=stream
+        ):
+            values = numbers_from_device([OnDevice(4), OnDevice(2.5), OnDevice(True)])
+        self.assertEqual(values, [4, 2.5, True])
+        self.assertEqual(len(synchronized), 1)
+
+
+class ShapeNumbers(torch.nn.Module):
+    """Numbers that are functions of the input shapes, one a chain of floats."""
+
+    def forward(self, x):
+        y = x * 2
+        n = y.shape[0]
+        return y, n / 3, n // 2, n > 3, (n / 3) * 0.7 + 0.25
+
 
 @unittest.skipIf(not torch.cuda.is_available(), "Running engines needs a CUDA device.")
 class TestNumbersAsOutputsOnGpu(TestCase):

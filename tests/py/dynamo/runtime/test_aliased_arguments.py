@@ -9,6 +9,7 @@ built by TensorRT-RTX and their execution stood in; the engines' own refusal
 (both runtimes) and the whole-graph CUDA-graph wrapper's on a GPU.
 """
 
+import inspect
 import itertools
 import random
 import sys
@@ -19,15 +20,20 @@ from pathlib import Path
 import torch
 import torch_tensorrt
 from torch.testing._internal.common_utils import TestCase, run_tests
+from torch_tensorrt.dynamo.runtime import _aliased_arguments
 from torch_tensorrt.dynamo.runtime._aliased_arguments import (
     InPlaceArgumentsCheck,
+    check_engine_inputs_distinct,
     check_in_place_arguments_distinct,
     tensors_overlap,
 )
 from torch_tensorrt.dynamo.runtime._TorchTensorRTModule import TorchTensorRTModule
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lowering"))
-from test_compile_with_stand_in_engines import compile_on_cpu  # noqa: E402
+from test_compile_with_stand_in_engines import (  # noqa: E402
+    compile_on_cpu,
+    engines_built_execution_stood_in,
+)
 from test_lower_auto_functionalized import (  # noqa: E402
     CPU_BUILDER,
     NEEDS_CPU_BUILDER,
@@ -56,6 +62,29 @@ def _random_view(storage, rng):
     return storage.as_strided(shape, stride, offset)
 
 
+def _random_view_with_repeats(storage, rng):
+    """A view with strides 0 to 7, sometimes expanded: addresses repeat."""
+    view = _random_view(storage, rng)
+    stride = [0 if rng.random() < 0.3 else s for s in view.stride()]
+    extent = sum((n - 1) * s for n, s in zip(view.shape, stride))
+    offset = rng.randint(0, storage.numel() - extent - 1)
+    view = storage.as_strided(view.shape, stride, offset)
+    if rng.random() < 0.3:
+        view = view.unsqueeze(0).expand(rng.randint(2, 3), *view.shape)
+    return view
+
+
+def _first_overlap(values, written):
+    """What the check must refuse: the first pair a double loop finds."""
+    for w in written:
+        for k, other in enumerate(values):
+            if k == w or (k in written and k < w):
+                continue
+            if tensors_overlap(values[w], other):
+                return w, k
+    return None
+
+
 class TestTensorsOverlap(TestCase):
     def test_never_misses_an_overlap_and_is_exact_for_equal_layouts(self):
         rng = random.Random(0)
@@ -79,6 +108,33 @@ class TestTensorsOverlap(TestCase):
                 exact += 1
                 self.assertEqual(found, truth, f"{a.shape} {a.stride()}")
         self.assertGreater(exact, 1000)
+
+    def test_stride_0_and_expanded_views(self):
+        rng = random.Random(1)
+        storage = torch.zeros(128)
+        exact = 0
+        for _ in range(3000):
+            a = _random_view_with_repeats(storage, rng)
+            if rng.random() < 0.5:  # the same layout elsewhere in the storage
+                extent = sum((n - 1) * s for n, s in zip(a.shape, a.stride()))
+                b = storage.as_strided(
+                    a.shape, a.stride(), rng.randint(0, storage.numel() - extent - 1)
+                )
+            else:
+                b = _random_view_with_repeats(storage, rng)
+            truth = bool(_addresses(a) & _addresses(b))
+            found = tensors_overlap(a, b)  # 2.14.0's patch: ZeroDivisionError
+            self.assertEqual(tensors_overlap(b, a), found)
+            if truth:
+                self.assertTrue(found, f"missed: {a.stride()} / {b.stride()}")
+            if a.shape == b.shape and a.stride() == b.stride():
+                exact += 1
+                self.assertEqual(found, truth, f"{a.shape} {a.stride()}")
+        self.assertGreater(exact, 1000)
+        x = torch.zeros(8, 4)
+        self.assertFalse(tensors_overlap(x[0:1].expand(3, 4), x[1:2].expand(3, 4)))
+        self.assertTrue(tensors_overlap(x[0:1].expand(3, 4), x[0:1].expand(3, 4)))
+        self.assertTrue(tensors_overlap(x[:, :1].expand(8, 2), x[2:4]))
 
     def test_interleaved_halves_of_one_storage_are_distinct(self):
         kv = torch.zeros(3, 2, 4, 16, 8)  # K and V caches of 3 layers in one tensor
@@ -122,6 +178,56 @@ class TestTheRefusal(TestCase):
                 "m", [torch.zeros(2), x[1:]], ["a", "b"], [], [("state", x)]
             )
 
+    def test_generated_argument_sets_refused_as_every_pair_says(self):
+        """Against a double loop over every pair, on generated calls."""
+        rng = random.Random(2)
+        refused = 0
+        for case in range(600):
+            storages = [torch.zeros(96) for _ in range(rng.randint(1, 2))]
+            values = []
+            for _ in range(rng.randint(2, 7)):
+                make = _random_view_with_repeats if rng.random() < 0.4 else _random_view
+                values.append(make(rng.choice(storages), rng))
+            count = rng.randint(1, min(3, len(values)))
+            written = sorted(rng.sample(range(len(values)), count))
+            names = [f"v{i}" for i in range(len(values))]
+            expected = _first_overlap(values, written)
+            if expected is None:
+                check_in_place_arguments_distinct("m", values, names, written)
+                continue
+            refused += 1
+            w, k = expected
+            with self.assertRaisesRegex(
+                RuntimeError,
+                rf"writes input 'v{w}' in place and input 'v{k}' shares memory",
+                msg=f"case {case}",
+            ):
+                check_in_place_arguments_distinct("m", values, names, written)
+        self.assertGreater(refused, 100)
+        self.assertLess(refused, 550)
+
+    def test_states_in_separate_allocations_are_not_compared_pairwise(self):
+        """The address ranges are sorted: none meets another, no pair is compared."""
+        compared = []
+        real = _aliased_arguments.tensors_overlap
+
+        def counted(a, b):
+            compared.append((a, b))
+            return real(a, b)
+
+        states = [torch.zeros(16) for _ in range(256)]
+        names = [f"s{i}" for i in range(256)] + ["x"]
+        with unittest.mock.patch.object(_aliased_arguments, "tensors_overlap", counted):
+            check_in_place_arguments_distinct(
+                "m", states + [torch.zeros(4)], names, range(256)
+            )
+            self.assertEqual(compared, [])
+            with self.assertRaisesRegex(RuntimeError, "input 's7' .* input 'x'"):
+                check_in_place_arguments_distinct(
+                    "m", states + [states[7][3:5]], names, range(256)
+                )
+        self.assertEqual(len(compared), 1)
+
     def test_fake_tensors_are_not_compared(self):
         from torch._subclasses.fake_tensor import FakeTensorMode
 
@@ -136,6 +242,13 @@ class TwoWritten(torch.nn.Module):
     def forward(self, a, b):
         a += 1
         b *= 2
+
+
+class TwoWrittenInAList(torch.nn.Module):
+    def forward(self, x, states):
+        states[0].add_(1)
+        states[1].mul_(2)
+        return x + states[0]
 
 
 class WrittenAndRead(torch.nn.Module):
@@ -235,6 +348,114 @@ class TestCompiledModuleOnCpu(TestCase):
         before = trt.state.clone()
         trt(_ones(4, 16))
         self.assertEqual(trt.state, before + 1)
+
+
+class _EngineThatChecks(torch.nn.Module):
+    """Stands in for an engine that writes its first input: it checks its inputs
+    as both runtimes' engines do, then runs the stand-in."""
+
+    def __init__(self, stand_in):
+        super().__init__()
+        self.stand_in = stand_in
+
+    def forward(self, *inputs):
+        written = [
+            self.stand_in.input_binding_names.index(i)
+            for i, _ in self.stand_in.aliased_io.values()
+        ]
+        check_engine_inputs_distinct(
+            self.stand_in.name, inputs, self.stand_in.input_binding_names, written
+        )
+        return self.stand_in(*inputs)
+
+
+@unittest.skipIf(not CPU_BUILDER, NEEDS_CPU_BUILDER)
+class TestOneCheckPerCall(TestCase):
+    """What does not depend on the call is derived once; one check per call."""
+
+    def test_the_signature_is_not_read_per_call(self):
+        trt, _ = compile_on_cpu(self, TwoWritten(), (_ones(4, 16), _ones(4, 16)))
+        reads = []
+        real_signature, real_bind = inspect.signature, inspect.Signature.bind
+
+        def signature(*args, **kwargs):
+            reads.append("signature")
+            return real_signature(*args, **kwargs)
+
+        def bind(self, *args, **kwargs):
+            reads.append("bind")
+            return real_bind(self, *args, **kwargs)
+
+        a, b = _ones(4, 16), _ones(4, 16)
+        with unittest.mock.patch.object(
+            inspect, "signature", signature
+        ), unittest.mock.patch.object(inspect.Signature, "bind", bind):
+            for _ in range(3):
+                trt(a, b)
+                trt(a, b=b)
+                trt(b=b, a=a)
+            with self.assertRaisesRegex(RuntimeError, "input 'a' in place"):
+                trt(b=a, a=a)
+        self.assertEqual(reads, [])
+        self.assertEqual(a, torch.full((4, 16), 10.0))
+
+    def test_a_list_of_states_is_bound_without_inspect_too(self):
+        args = (_ones(4, 16), [_ones(4, 16), _ones(4, 16)])
+        ep = torch.export.export(TwoWrittenInAList(), args)
+        with engines_built_execution_stood_in():
+            trt = torch_tensorrt.dynamo.compile(
+                ep,
+                arg_inputs=[_ones(4, 16), [_ones(4, 16), _ones(4, 16)]],
+                min_block_size=1,
+            )
+        reads = []
+        real_bind = inspect.Signature.bind
+
+        def bind(self, *args, **kwargs):
+            reads.append("bind")
+            return real_bind(self, *args, **kwargs)
+
+        x, a, b = _ones(4, 16), _ones(4, 16), _ones(4, 16)
+        with unittest.mock.patch.object(inspect.Signature, "bind", bind):
+            trt(x, [a, b])
+            trt(x, states=[a, b])
+            with self.assertRaisesRegex(
+                RuntimeError, r"writes input '\w+' in place and input '\w+' shares"
+            ):
+                trt(x, [a, a[1:]])
+        self.assertEqual(reads, [])
+        self.assertEqual((a, b), (torch.full((4, 16), 3.0), torch.full((4, 16), 4.0)))
+
+    def test_the_engine_does_not_check_again_within_a_checked_call(self):
+        trt, built = compile_on_cpu(
+            self, KvWrite(), (_ones(1, 4, 8, 8), _ones(1, 4, 1, 8))
+        )
+        (engine,) = [e for e in built if e.aliased_io]
+        setattr(trt, engine.name, _EngineThatChecks(engine))
+        sweeps = []
+        real = _aliased_arguments._overlapping_pair
+
+        def counted(tensors, written):
+            sweeps.append(len(tensors))
+            return real(tensors, written)
+
+        cache = torch.zeros(1, 4, 8, 8)
+        with unittest.mock.patch.object(
+            _aliased_arguments, "_overlapping_pair", counted
+        ):
+            trt(cache, _ones(1, 4, 1, 8))
+            self.assertEqual(len(sweeps), 1, "checked by the pre-hook and the engine")
+            # refused by the pre-hook: the engine, called alone after it, checks
+            with self.assertRaisesRegex(RuntimeError, "The compiled module writes"):
+                trt(cache, cache[:, :, 5:6, :])
+            inputs = [
+                cache if n == engine.input_binding_names[0] else cache[:, :, 5:6, :]
+                for n in engine.input_binding_names
+            ]
+            with self.assertRaisesRegex(RuntimeError, f"Engine {engine.name} writes"):
+                getattr(trt, engine.name)(*inputs)
+        self.assertEqual(len(sweeps), 3)
+        self.assertEqual(_aliased_arguments._CHECKED_CALLS.get(), 0)
 
 
 class KvWrite(torch.nn.Module):

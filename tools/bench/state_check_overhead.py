@@ -1,0 +1,297 @@
+"""What the check of in-place arguments costs per call, by the number of written states.
+
+    python tools/bench/state_check_overhead.py --out state_check_overhead.json \\
+        [--states 0 1 16 64 256] [--calls 200] [--unpatched-python PATH]
+
+Two parts, both written to the JSON file ``--out`` names:
+
+- **check** (on the CPU, always run): the aliased-argument check alone, i.e.
+  what ``compile()``'s forward pre-hook does on every call (binding the call's
+  arguments to the graph's inputs, then refusing overlaps), and the engines'
+  own check (``check_engine_inputs_distinct``), for N written states of 1 MiB
+  each (float32 ``[1, 8, 256, 128]``) next to a position and an update; median
+  microseconds per call over ``--calls`` calls.
+- **module** (needs a CUDA device; skipped with its reason otherwise):
+  ``torch_tensorrt.dynamo.compile`` of the exported model below with
+  ``min_block_size=1``, median wall microseconds per call with the device
+  synchronized after each call, for N written states; next to the same call
+  with the check taken off (the pre-hook and forward hook removed, the engines'
+  check a no-op) in this process, eager PyTorch, and, with
+  ``--unpatched-python`` (an interpreter with the released wheel installed),
+  the unpatched wheel's module, timed by this script in that interpreter.
+  Each module is first called once on copies of the arguments and its states
+  compared with eager PyTorch's (``matches_eager``); a size that fails is
+  recorded under ``errors`` and the others still run.
+
+The model writes each state at a position given at run time, as a KV cache
+step does (the states are inputs; with N = 0 it computes ``u * 2 + 1`` only)::
+
+    def forward(self, pos, u, *states):
+        for state in states:
+            state.index_copy_(2, pos, u)
+        return u * 2 + 1
+"""
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+import torch
+
+STATE_SHAPE = (1, 8, 256, 128)  # float32: 1 MiB
+UPDATE_SHAPE = (1, 8, 1, 128)
+DEFAULT_STATES = (0, 1, 16, 64, 256)
+
+
+class WritesStates(torch.nn.Module):
+    def forward(self, pos: torch.Tensor, u: torch.Tensor, *states: torch.Tensor):
+        for state in states:
+            state.index_copy_(2, pos, u)
+        return u * 2 + 1
+
+
+def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", required=True, metavar="PATH", help="JSON results")
+    parser.add_argument(
+        "--states", type=int, nargs="+", default=list(DEFAULT_STATES), metavar="N"
+    )
+    parser.add_argument("--calls", type=int, default=200)
+    parser.add_argument(
+        "--unpatched-python",
+        metavar="PATH",
+        help="a Python with the released (unpatched) wheel, for the module part",
+    )
+    parser.add_argument(
+        "--module-only",
+        action="store_true",
+        help="time only compile()'s module (what --unpatched-python runs)",
+    )
+    return parser.parse_args(argv)
+
+
+def median_us(call: Callable[[], Any], calls: int, sync: bool = False) -> float:
+    """Median wall time of ``call`` in microseconds, after 10 warm-up calls."""
+    for _ in range(10):
+        call()
+    if sync:
+        torch.cuda.synchronize()
+    times = []
+    for _ in range(calls):
+        start = time.perf_counter()
+        call()
+        if sync:
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times) * 1e6
+
+
+def _arguments(n: int, device: str) -> List[torch.Tensor]:
+    pos = torch.tensor([3], device=device)
+    u = torch.randn(UPDATE_SHAPE, device=device)
+    return [pos, u] + [torch.zeros(STATE_SHAPE, device=device) for _ in range(n)]
+
+
+def _graph_module(n: int) -> torch.fx.GraphModule:
+    """A graph with compile()'s calling convention: one placeholder per argument."""
+    graph = torch.fx.Graph()
+    pos, u = graph.placeholder("pos"), graph.placeholder("u")
+    for i in range(n):
+        graph.placeholder(f"state_{i}")
+    graph.output(u)
+    del pos
+    return torch.fx.GraphModule(torch.nn.Module(), graph)
+
+
+def check_part(states: Sequence[int], calls: int) -> Dict[str, Any]:
+    """Median microseconds per call of the check alone, on the CPU."""
+    from torch_tensorrt.dynamo.runtime._aliased_arguments import (
+        InPlaceArgumentsCheck,
+        check_engine_inputs_distinct,
+    )
+
+    pre_hook, engine = {}, {}
+    for n in states:
+        args = _arguments(n, "cpu")
+        names = ["pos", "u"] + [f"state_{i}" for i in range(n)]
+        written = list(range(2, 2 + n))
+        module = _graph_module(n)
+        check = InPlaceArgumentsCheck(names, written, [])
+        hook = lambda: (
+            check(module, tuple(args), {}),
+            check.done(module),
+        )  # noqa: E731
+        pre_hook[str(n)] = round(median_us(hook, calls), 2)
+        engine_check = lambda: check_engine_inputs_distinct(  # noqa: E731
+            "e", args, names, written
+        )
+        engine[str(n)] = round(median_us(engine_check, calls), 2)
+        print(
+            f"check, {n:4d} written states: pre-hook {pre_hook[str(n)]:9.2f} us, "
+            f"engine {engine[str(n)]:9.2f} us per call"
+        )
+    return {
+        "what": "median us per call, CPU tensors, 1 MiB float32 states",
+        "pre_hook_us": pre_hook,
+        "engine_check_us": engine,
+    }
+
+
+def _without_check(module: torch.nn.Module) -> Callable[[], None]:
+    """Take the check off ``module`` (patched wheel); returns how to put it back."""
+    import importlib
+
+    hooks = (dict(module._forward_pre_hooks), dict(module._forward_hooks))
+    module._forward_pre_hooks.clear()
+    module._forward_hooks.clear()
+    replaced = []
+    # the engines call it by the name each runtime module imported
+    for name in ("_aliased_arguments", "_TRTEngine", "_TorchTensorRTModule"):
+        try:
+            owner = importlib.import_module(f"torch_tensorrt.dynamo.runtime.{name}")
+        except ImportError:
+            continue
+        if hasattr(owner, "check_engine_inputs_distinct"):
+            replaced.append((owner, owner.check_engine_inputs_distinct))
+            owner.check_engine_inputs_distinct = lambda *a, **k: None
+
+    def restore() -> None:
+        module._forward_pre_hooks.update(hooks[0])
+        module._forward_hooks.update(hooks[1])
+        for owner, function in replaced:
+            owner.check_engine_inputs_distinct = function
+
+    return restore
+
+
+def _time_module(
+    n: int, calls: int, with_check_off: bool, result: Dict[str, Any]
+) -> None:
+    """Times eager and compile()'s module (and without the check) at ``n`` states."""
+    import torch_tensorrt
+
+    args = _arguments(n, "cuda")
+    eager, eager_args = WritesStates(), [a.clone() for a in args]
+    result["eager_us"][str(n)] = round(
+        median_us(lambda: eager(*eager_args), calls, sync=True), 2
+    )
+    ep = torch.export.export(WritesStates().eval(), tuple(a.clone() for a in args))
+    trt = torch_tensorrt.dynamo.compile(
+        ep, arg_inputs=[a.clone() for a in args], min_block_size=1
+    )
+    # one call against eager first: the states written as PyTorch writes them
+    compiled_args, eager_args_once = [a.clone() for a in args], [
+        a.clone() for a in args
+    ]
+    trt(*compiled_args)
+    WritesStates()(*eager_args_once)
+    result.setdefault("matches_eager", {})[str(n)] = all(
+        torch.equal(c, e) for c, e in zip(compiled_args, eager_args_once)
+    )
+    result["module_us"][str(n)] = round(
+        median_us(lambda: trt(*args), calls, sync=True), 2
+    )
+    if with_check_off:
+        restore = _without_check(trt)
+        try:
+            result["module_check_off_us"][str(n)] = round(
+                median_us(lambda: trt(*args), calls, sync=True), 2
+            )
+        finally:
+            restore()
+    print(
+        f"module, {n:4d} written states: eager {result['eager_us'][str(n)]:9.2f} "
+        f"us, module {result['module_us'][str(n)]:9.2f} us per call"
+    )
+    del trt, ep
+
+
+def module_part(
+    states: Sequence[int], calls: int, with_check_off: bool
+) -> Dict[str, Any]:
+    """Median microseconds per synchronized call of compile()'s module and eager."""
+    import torch_tensorrt
+
+    result: Dict[str, Any] = {
+        "torch_tensorrt": torch_tensorrt.__version__,
+        "eager_us": {},
+        "module_us": {},
+    }
+    if with_check_off:
+        result["module_check_off_us"] = {}
+    for n in states:
+        try:
+            _time_module(n, calls, with_check_off, result)
+        except Exception as e:  # recorded: the other sizes still run
+            result.setdefault("errors", {})[str(n)] = f"{type(e).__name__}: {e}"
+            print(f"module, {n:4d} written states: {type(e).__name__}: {e}")
+    return result
+
+
+def unpatched_part(python: str, states: Sequence[int], calls: int) -> Dict[str, Any]:
+    """The module part, run by this script in an interpreter with the released wheel."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "unpatched.json")
+        subprocess.run(
+            [python, os.path.abspath(__file__), "--module-only", "--out", out]
+            + ["--calls", str(calls), "--states", *map(str, states)],
+            check=True,
+        )
+        with open(out) as f:
+            return dict(json.load(f)["module"])
+
+
+def added_us(module: Dict[str, Any], unpatched: Optional[Dict[str, Any]]) -> Any:
+    """Per N: what the patched module adds over the unpatched one and over its
+    own call without the check."""
+    added: Dict[str, Dict[str, float]] = {}
+    for n, us in module.get("module_us", {}).items():
+        row = {}
+        if unpatched and n in unpatched.get("module_us", {}):
+            row["over_unpatched"] = round(us - unpatched["module_us"][n], 2)
+        if n in module.get("module_check_off_us", {}):
+            row["over_check_off"] = round(us - module["module_check_off_us"][n], 2)
+        added[n] = row
+    return added
+
+
+def main(argv: Optional[Sequence[str]] = None) -> None:
+    args = parse_args(argv)
+    result: Dict[str, Any] = {
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+        "calls": args.calls,
+        "states": list(args.states),
+        "state_bytes": 4 * STATE_SHAPE[0] * STATE_SHAPE[1] * STATE_SHAPE[2] * 128,
+    }
+    if not args.module_only:
+        result["check"] = check_part(args.states, args.calls)
+    if not torch.cuda.is_available():
+        reason = "no CUDA device: compile()'s module was not timed"
+        print(reason)
+        result["module"] = {"skipped": reason}
+    else:
+        result["device"] = torch.cuda.get_device_name()
+        result["module"] = module_part(
+            args.states, args.calls, with_check_off=not args.module_only
+        )
+        if args.unpatched_python:
+            result["unpatched_module"] = unpatched_part(
+                args.unpatched_python, args.states, args.calls
+            )
+        result["added_us"] = added_us(result["module"], result.get("unpatched_module"))
+    with open(args.out, "w") as f:
+        json.dump(result, f, indent=2)
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
