@@ -37,9 +37,10 @@ def check(seed):
     try:
         eager_module = program.module().cuda()
         eager = state_programs.run(program, eager_module, device="cuda")
-        example = [a.clone().contiguous().cuda() for a in program.make_inputs(0)]
-        ep = torch.export.export(program.module().cuda(), tuple(example))
-        trt = torch_tensorrt.dynamo.compile(ep, arg_inputs=example, min_block_size=1)
+        ep = program.export(program.module().cuda(), device="cuda")
+        trt = torch_tensorrt.dynamo.compile(
+            ep, arg_inputs=program.compile_inputs("cuda"), min_block_size=1
+        )
         compiled = state_programs.run(program, trt, device="cuda")
         if eager.error is not None and compiled.error is not None:
             record["outcome"] = "both_refuse"

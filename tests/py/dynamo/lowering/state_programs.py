@@ -43,6 +43,7 @@ DTYPES = {
     "float64": torch.float64,
 }
 FLOATS = ("float32", "float16", "bfloat16", "float64")
+EXPORT_BATCH, CALL_BATCH = 2, 3
 LAYOUTS = ("contiguous", "transposed", "sliced", "expanded")
 
 # ----------------------------------------------------------------------------
@@ -109,9 +110,13 @@ class Input:
     name: str
     shape: Tuple[int, ...]
     dtype: str
-    # "values" (random), "position" (an int64 [1] position below ``bound``)
+    # "values" (random), "position" (an int64 [1] position below ``bound``),
+    # "length" (a [1, L] tensor whose dynamic size L, from 2 to ``bound``, is
+    # a symbolic start)
     role: str = "values"
     bound: int = 0
+    # its first dimension is the dynamic batch of the input states
+    batched: bool = False
 
 
 @dataclasses.dataclass
@@ -125,6 +130,9 @@ class StateProgram:
     # returns the state's own tensor, which later steps change)
     live_returns: List[int]
     features: List[str]
+    # the input states' first dimension is dynamic: exported at EXPORT_BATCH,
+    # called at CALL_BATCH
+    dynamic_batch: bool = False
 
     @property
     def arg_names(self) -> List[str]:
@@ -170,21 +178,84 @@ class StateProgram:
         exec(compile(self.source, f"<state program {self.seed}>", "exec"), namespace)
         return namespace["Program"]()
 
-    def make_inputs(self, step: int) -> Tuple[torch.Tensor, ...]:
-        """The call's arguments at ``step``, as the caller lays them out."""
+    def _batch(self, shape: Tuple[int, ...], batched: bool, export: bool):
+        if not (self.dynamic_batch and batched):
+            return tuple(shape)
+        return ((EXPORT_BATCH if export else CALL_BATCH),) + tuple(shape[1:])
+
+    def make_inputs(self, step: int, export: bool = False) -> Tuple[torch.Tensor, ...]:
+        """The call's arguments at ``step``, as the caller lays them out
+        (``export``: the example the program is exported with)."""
         gen = torch.Generator().manual_seed(self.seed * 1000 + step)
         args = []
         for s in self.states:
             if s.kind == "input":
-                args.append(
-                    _laid_out(_initial(s.shape, DTYPES[s.dtype], self.seed), s.layout)
-                )
+                shape = self._batch(s.shape, True, export)
+                state = _initial(shape, DTYPES[s.dtype], self.seed)
+                args.append(state if export else _laid_out(state, s.layout))
         for i in self.inputs:
             if i.role == "position":
                 args.append(torch.randint(0, i.bound, (1,), generator=gen))
+            elif i.role == "length":
+                length = 2 if export else 2 + (self.seed + step) % (i.bound - 1)
+                args.append(torch.zeros(1, length))
             else:
-                args.append(_random(i.shape, DTYPES[i.dtype], gen))
+                shape = self._batch(i.shape, i.batched, export)
+                args.append(_random(shape, DTYPES[i.dtype], gen))
         return tuple(args)
+
+    def dynamic_shapes(self) -> Optional[Tuple[Any, ...]]:
+        """``torch.export``'s ``dynamic_shapes`` for the arguments, or None."""
+        batch = torch.export.Dim("batch", min=1, max=8)
+        specs: List[Any] = []
+        any_dynamic = False
+        for s in self.states:
+            if s.kind == "input":
+                specs.append({0: batch} if self.dynamic_batch else None)
+                any_dynamic |= self.dynamic_batch
+        for i in self.inputs:
+            if i.role == "length":
+                specs.append({1: torch.export.Dim(f"len_{i.name}", min=2, max=i.bound)})
+                any_dynamic = True
+            elif i.batched and self.dynamic_batch:
+                specs.append({0: batch})
+            else:
+                specs.append(None)
+        return tuple(specs) if any_dynamic else None
+
+    def compile_inputs(self, device: str = "cpu") -> List[Any]:
+        """``arg_inputs`` for ``torch_tensorrt.dynamo.compile``: the example tensors,
+        and ``torch_tensorrt.Input`` ranges for the dynamic ones."""
+        import torch_tensorrt
+
+        example = [t.to(device) for t in self.make_inputs(0, export=True)]
+        specs = self.dynamic_shapes()
+        if specs is None:
+            return example
+        inputs: List[Any] = []
+        for tensor, spec in zip(example, specs):
+            if not spec:
+                inputs.append(tensor)
+                continue
+            low, high = list(tensor.shape), list(tensor.shape)
+            for dim, d in spec.items():
+                low[dim], high[dim] = d.min, d.max
+            inputs.append(
+                torch_tensorrt.Input(
+                    min_shape=low,
+                    opt_shape=list(tensor.shape),
+                    max_shape=high,
+                    dtype=tensor.dtype,
+                )
+            )
+        return inputs
+
+    def export(self, module: torch.nn.Module, device: str = "cpu") -> Any:
+        """``module`` (this program's) exported with its example and dynamic shapes."""
+        example = tuple(t.to(device) for t in self.make_inputs(0, export=True))
+        return torch.export.export(
+            module, example, dynamic_shapes=self.dynamic_shapes()
+        )
 
 
 def _random(shape, dtype, gen):
@@ -237,6 +308,12 @@ def generate(seed: int) -> StateProgram:
         if kind == "input" and rng.random() < 0.25:
             layout = rng.choice(LAYOUTS[1:])
         states.append(State(f"s{k}", kind, shape, dtype, layout))
+    # a dynamic batch: every input state of rank 3 or more, never written along it
+    dynamic_batch = rng.random() < 0.15 and any(
+        s.kind == "input" and len(s.shape) >= 3 for s in states
+    )
+    if dynamic_batch:
+        states = [s for s in states if not (s.kind == "input" and len(s.shape) < 3)]
 
     inputs: List[Input] = []
     body: List[str] = []
@@ -249,15 +326,18 @@ def generate(seed: int) -> StateProgram:
         counter[0] += 1
         return f"{prefix}{counter[0]}"
 
-    def new_input(shape, dtype, role="values", bound=0) -> str:
-        name = fresh("u" if role == "values" else "p")
-        inputs.append(Input(name, tuple(shape), dtype, role, bound))
+    def new_input(shape, dtype, role="values", bound=0, batched=False) -> str:
+        name = fresh({"values": "u", "position": "p", "length": "q"}[role])
+        inputs.append(Input(name, tuple(shape), dtype, role, bound, batched))
         return name
 
     for _ in range(rng.randint(1, 5)):
         s = rng.choice(states)
         rank = len(s.shape)
         axis = rng.choice(range(rank)) if rank < 4 else rng.choice((1, 2, 2, 2))
+        batched = dynamic_batch and s.kind == "input"
+        if batched and axis == 0:
+            axis = rank - 2
         size = s.shape[axis]
         is_float = s.dtype in FLOATS
         kind = rng.choices(
@@ -271,9 +351,13 @@ def generate(seed: int) -> StateProgram:
                 "reset",
                 "op",
                 "op_in_pytorch",
+                "symbolic",
+                "index_put",
             ),
-            weights=(6, 4, 2, 2, 1, 1, 1, 1, 1),
+            weights=(6, 4, 2, 2, 1, 1, 1, 1, 1, 2, 1),
         )[0]
+        if kind == "symbolic" and size < 4:
+            kind = "slab"
         if kind == "slab":
             form = rng.choice(("static", "negative", "past_end", "run", "tail"))
             if form == "run" and size < 3:
@@ -295,13 +379,13 @@ def generate(seed: int) -> StateProgram:
             spec = f"{start}:{'' if stop is None else stop}"
             shape = list(s.shape)
             shape[axis] = length
-            u = new_input(shape, s.dtype)
+            u = new_input(shape, s.dtype, batched=batched)
             body.append(f"{s.ref}{_index(axis, rank, spec)} = {u}")
             features.append(f"slab {form}")
         elif kind == "index_copy":
             shape = list(s.shape)
             shape[axis] = 1
-            u = new_input(shape, s.dtype)
+            u = new_input(shape, s.dtype, batched=batched)
             p = new_input((1,), "int64", "position", size)
             body.append(f"{s.ref}.index_copy_({axis}, {p}, {u})")
             features.append("index_copy_")
@@ -321,22 +405,45 @@ def generate(seed: int) -> StateProgram:
         elif kind == "functional":
             shape = list(s.shape)
             shape[axis] = 1
-            u = new_input(shape, s.dtype)
+            u = new_input(shape, s.dtype, batched=batched)
             p = new_input((1,), "int64", "position", size)
             r = fresh("r")
             body.append(f"{r} = torch.index_copy({s.ref}, {axis}, {p}, {u})")
             returns.append(r)
             features.append("functional write")
+            if s.kind == "input":
+                # read as well: a functional KV write that is an input's only
+                # reader is written into it (upstream's contract, warned about)
+                r = fresh("r")
+                body.append(f"{r} = {s.ref}.sum()")
+                returns.append(r)
         elif kind == "reset":
-            z = new_input(s.shape, s.dtype)
+            z = new_input(s.shape, s.dtype, batched=batched)
             body.append(f"{s.ref}.copy_({z})")
             features.append("reset")
         elif kind == "op":
             body.append(f"torch.ops.state_fuzz.bump_({s.ref})")
             features.append("custom op")
-        else:
+        elif kind == "op_in_pytorch":
             body.append(f"torch.ops.state_fuzz.bump_in_pytorch_({s.ref})")
             features.append("custom op in PyTorch")
+        elif kind == "symbolic":
+            # a start known at run time, from a dynamic size (a prefix's length)
+            shape = list(s.shape)
+            shape[axis] = 1
+            u = new_input(shape, s.dtype, batched=batched)
+            q = new_input((1, 2), "float32", "length", size - 1)
+            start = fresh("t")
+            body.append(f"{start} = {q}.shape[1]")
+            body.append(f"{s.ref}{_index(axis, rank, f'{start}:{start} + 1')} = {u}")
+            features.append("slab symbolic")
+        else:  # an index_put at a position given at run time
+            shape = list(s.shape)
+            shape[axis] = 1
+            u = new_input(shape, s.dtype, batched=batched)
+            p = new_input((1,), "int64", "position", size)
+            body.append(f"{s.ref}{_index(axis, rank, p)} = {u}")
+            features.append("index_put")
     # a state the program never touches is not one
     states = [s for s in states if any(s.ref in line for line in body)] or states[:1]
     if rng.random() < 0.2:
@@ -350,7 +457,11 @@ def generate(seed: int) -> StateProgram:
         extra = inputs[0].name if inputs else None
         if extra is not None and inputs[0].dtype in FLOATS:
             returns.append(f"{extra} * 2")
-    return StateProgram(seed, states, inputs, body, returns, live, features)
+    if dynamic_batch:
+        features.append("dynamic batch")
+    return StateProgram(
+        seed, states, inputs, body, returns, live, features, dynamic_batch
+    )
 
 
 # ----------------------------------------------------------------------------
