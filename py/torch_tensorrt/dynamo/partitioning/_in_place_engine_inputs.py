@@ -278,13 +278,91 @@ def _find_submodule_readers(
         memory.readers += [f"{call.name}.{name}" for name in inner.readers]
 
 
+def _written_back(submodule: torch.fx.GraphModule) -> List[int]:
+    """Positions of the inputs a PyTorch submodule writes back into (``aten.copy_``)."""
+    placeholders = [n for n in submodule.graph.nodes if n.op == "placeholder"]
+    return sorted(
+        {
+            placeholders.index(n.args[0])
+            for n in submodule.graph.nodes
+            if is_write_back(n) and n.args[0] in placeholders
+        }
+    )
+
+
+def keep_old_values_for_later_readers(partitioned_module: torch.fx.GraphModule) -> None:
+    """Readers of a state's old value scheduled after the PyTorch submodule that
+    writes its new value back read a copy taken before it.
+
+    The partitioners order submodules by their data only, and a write-back
+    (``aten.copy_`` into an input) has no users: a PyTorch submodule holding a
+    custom op run in PyTorch and the write-back of its result could run before
+    an engine reading the state's old value (``r = s.sum(); my_op_(s)``), which
+    then read the new one. Such readers get ``aten.clone`` of the state, taken
+    just before the writer; the write-back itself is unchanged.
+    """
+    changed = False
+    views = _Views()
+    nodes = list(partitioned_module.graph.nodes)
+    order = {n: i for i, n in enumerate(nodes)}
+    for writer in nodes:
+        if writer.op != "call_module" or _is_trt_call(writer):
+            continue
+        submodule = getattr(partitioned_module, str(writer.target))
+        if not isinstance(submodule, torch.fx.GraphModule):
+            continue
+        for position in _written_back(submodule):
+            state = writer.args[position]
+            if not isinstance(state, torch.fx.Node):
+                continue
+            aliases = _aliases(partitioned_module, state, views)
+            stale = [
+                (alias, user)
+                for alias in aliases
+                for user in alias.users
+                if user is not writer
+                and order.get(user, -1) > order[writer]
+                and _view_source(partitioned_module, user, views) is not alias
+            ]
+            if not stale:
+                continue
+            with partitioned_module.graph.inserting_before(writer):
+                old = partitioned_module.graph.call_function(
+                    torch.ops.aten.clone.default, (state,)
+                )
+            old.meta.update(
+                {k: v for k, v in state.meta.items() if k in ("val", "tensor_meta")}
+            )
+            for alias, user in stale:
+                if alias is state:
+                    user.replace_input_with(state, old)
+                else:
+                    logger.warning(
+                        f"{user.name} reads a view of '{state.name}' after "
+                        f"{writer.target} writes '{state.name}' back; it sees the "
+                        "new value"
+                    )
+            changed = True
+            logger.info(
+                f"'{state.name}' is written back by {writer.target} (PyTorch) before "
+                f"{', '.join(sorted({u.name for _, u in stale}))} read its old value: "
+                "they read a copy of it taken before the write-back"
+            )
+    if changed:
+        partitioned_module.graph.lint()
+        partitioned_module.recompile()
+
+
 def isolate_in_place_engine_inputs(partitioned_module: torch.fx.GraphModule) -> None:
     """Give a TensorRT engine a copy of each in-place input read with a wrong value later.
 
     That is its old value read after the engine, or the engine's new value of it
     read after something else was written into its memory (see the module
-    docstring); each such input gets an ``aten.clone`` and a warning.
+    docstring); each such input gets an ``aten.clone`` and a warning. First,
+    readers of a state's old value scheduled after a PyTorch submodule that
+    writes it back get a copy (:func:`keep_old_values_for_later_readers`).
     """
+    keep_old_values_for_later_readers(partitioned_module)
     changed = False
     views = _Views()
     for call in list(partitioned_module.graph.nodes):
