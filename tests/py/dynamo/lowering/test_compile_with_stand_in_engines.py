@@ -59,9 +59,11 @@ class StandInEngineModule(torch.nn.Module):
     ``aliased_io``); runs the source partition in PyTorch in place of the engine.
     """
 
-    def __init__(self, partition, result, name):
+    def __init__(self, partition, result, name, input_dtypes=None):
         super().__init__()
         self.name = name
+        # the engine's input dtypes, which the runtimes require of the tensors
+        self.input_dtypes = list(input_dtypes or [])
         self.partition = partition
         self.serialized_engine = result.serialized_engine
         self.input_binding_names = list(result.input_names)
@@ -82,6 +84,15 @@ class StandInEngineModule(torch.nn.Module):
                 f"{self.name}: {len(inputs)} inputs for the engine inputs "
                 f"{self.input_binding_names}"
             )
+        for name, tensor, expected in zip(
+            self.input_binding_names, inputs, self.input_dtypes
+        ):
+            if isinstance(tensor, torch.Tensor) and tensor.dtype != expected:
+                # what both runtimes refuse (TRTEngine's "Dtype mismatch")
+                raise AssertionError(
+                    f"Dtype mismatch for input {name}. Expect {expected}, got "
+                    f"{tensor.dtype}."
+                )
         values = self.partition(*inputs)
         if not isinstance(values, (list, tuple)):
             values = [values]
@@ -118,7 +129,14 @@ def engines_built_execution_stood_in():
         result = interpret_module_to_result(
             module, inputs, settings, engine_cache=engine_cache, name=name
         )
-        built.append(StandInEngineModule(copy.deepcopy(module), result, name))
+        # TensorRT has no float64: such an engine input is float32
+        dtypes = [
+            {torch.float64: torch.float32}.get(d, d)
+            for d in (
+                i.dtype.to(torch.dtype) if hasattr(i, "dtype") else None for i in inputs
+            )
+        ]
+        built.append(StandInEngineModule(copy.deepcopy(module), result, name, dtypes))
         return built[-1]
 
     real_is_available = torch.cuda.is_available

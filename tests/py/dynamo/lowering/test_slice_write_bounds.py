@@ -57,6 +57,35 @@ def _args(dtype, n):
     return c, u
 
 
+class TestTheBoundsResolved(TestCase):
+    def test_as_python_clamps_them(self):
+        import sys
+
+        from torch_tensorrt.dynamo.conversion.impl.slice_scatter import (
+            KVWriteStatus,
+            resolve_slice_scatter_write,
+        )
+
+        end = sys.maxsize  # an open end, as export writes it
+        for size, start, stop in (
+            (16, 14, 20),
+            (16, -1, end),
+            (2, -3, end),  # more negative than the axis: all of it
+            (8, -3, end),
+            (8, 2, -1),
+            (8, -20, 3),
+        ):
+            with self.subTest(size=size, start=start, stop=stop):
+                expected = range(size)[slice(start, stop)]
+                got = resolve_slice_scatter_write((1, size, 4), 1, start, stop, 1)
+                self.assertEqual(got[:2], (expected.start, expected.stop))
+                whole = expected.start == 0 and expected.stop == size
+                self.assertEqual(
+                    got[3],
+                    KVWriteStatus.FULL_OVERWRITE if whole else KVWriteStatus.OK,
+                )
+
+
 @unittest.skipIf(not CPU_BUILDER, NEEDS_CPU_BUILDER)
 class TestSliceWriteBounds(TestCase):
     def test_a_standalone_engine_builds(self):
