@@ -178,6 +178,29 @@ class StateProgram:
         exec(compile(self.source, f"<state program {self.seed}>", "exec"), namespace)
         return namespace["Program"]()
 
+    def written(self, state: "State") -> bool:
+        """Whether the program writes ``state`` (not only reads it)."""
+        ref = state.ref
+        return any(
+            line.startswith(f"{ref}[")
+            or line.startswith(f"{ref}.")
+            or line.endswith(f"({ref})")
+            for line in self.body
+        )
+
+    @property
+    def overlapping_write(self) -> bool:
+        """Whether a written input state reaches the module expanded over more
+        than one row: memory PyTorch refuses to write, or writes ambiguously
+        (``index_put_`` does not check). The compiled module must refuse it."""
+        return any(
+            s.kind == "input"
+            and s.layout == "expanded"
+            and self._batch(s.shape, True, False)[0] > 1
+            and self.written(s)
+            for s in self.states
+        )
+
     def _batch(self, shape: Tuple[int, ...], batched: bool, export: bool):
         if not (self.dynamic_batch and batched):
             return tuple(shape)
@@ -569,6 +592,10 @@ def compare(program: StateProgram, eager: Trace, compiled: Trace) -> Optional[st
     """Why ``compiled`` is not what ``eager`` did, or None when it is."""
     if eager.error is not None and compiled.error is not None:
         return None  # both refuse the call (e.g. a write into an expanded tensor)
+    if program.overlapping_write:
+        if compiled.error is not None:
+            return None  # refused: it writes memory that overlaps itself
+        return "a write into an expanded (self-overlapping) input was not refused"
     if eager.error is not None:
         return f"eager raised {type(eager.error).__name__}: {eager.error}; the compiled module did not"
     if compiled.error is not None:
