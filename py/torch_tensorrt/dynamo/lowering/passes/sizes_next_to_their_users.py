@@ -77,7 +77,7 @@ def sizes_next_to_their_users(
                 for original in chain:
                     if original not in copies:
                         copies[original] = gm.graph.node_copy(
-                            original, lambda n: copies.get(n, n)
+                            original, lambda n, made=copies: made.get(n, n)
                         )
             node.replace_input_with(arg, copies[arg])
             copied += 1
