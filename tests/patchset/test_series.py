@@ -28,6 +28,7 @@ def test_the_real_series():
         "state-contract",
         "docs",
         "kv-state",
+        "state-plan",
     ]
     # the pieces that build on #4459 say so
     buffer = next(p for p in pieces if p.id == "buffer-state")
