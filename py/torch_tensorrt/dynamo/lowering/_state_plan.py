@@ -152,6 +152,10 @@ def _functional_cache_update(
     plan, reason = plan_kv_state_write(writes[0], node, functional=True)
     if plan is None or not plan.in_layer_form:
         return None
+    if plan.index is not None and plan.shape[0] != 1:
+        # 2.14.0's index_copy fast path: batch 1 only (its
+        # test_batch_gt_one_uses_fallback); a wider one is a scatter
+        return None
     update = StateUpdate(
         node.name,
         IN_PLACE,

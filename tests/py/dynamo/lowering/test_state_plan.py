@@ -230,6 +230,32 @@ class TestEveryClassHasOnePlan(TestCase):
         self.assertIn("state buf_cache (float32): copy", logs.output[0])
 
 
+class FunctionalIndexCopy(torch.nn.Module):
+    def forward(self, cache, index, update):
+        return torch.ops.aten.index_copy.default(cache, 2, index, update)
+
+
+@unittest.skipIf(not CPU_BUILDER, NEEDS_CPU_BUILDER)
+class TestUpstreamsFunctionalCacheContract(TestCase):
+    """A functional KV write on an input nothing else reads stays in place where
+    2.14.0 put it (upstream's test_index_copy_kv.py), with a warning saying so."""
+
+    def test_batch_1_in_place_with_a_warning(self):
+        args = (torch.zeros(1, 4, 16, 8), torch.tensor([3]), torch.ones(1, 4, 1, 8))
+        with self.assertLogs(
+            "torch_tensorrt.dynamo.lowering._state_plan", "WARNING"
+        ) as logs:
+            self.assertEqual(
+                _standalone_map(FunctionalIndexCopy(), args),
+                [("output0", "cache", IN_PLACE)],
+            )
+        self.assertIn("writes input 'cache' functionally", logs.output[0])
+
+    def test_a_wider_batch_is_a_scatter(self):
+        args = (torch.zeros(4, 4, 16, 8), torch.tensor([3]), torch.ones(4, 4, 1, 8))
+        self.assertEqual(_standalone_map(FunctionalIndexCopy(), args), [])
+
+
 class TestTheEngineCheckedAgainstThePlan(TestCase):
     def test_an_alias_the_plan_did_not_make_is_a_bug(self):
         plan = {
