@@ -20,13 +20,18 @@ import unittest
 import torch
 import torch_tensorrt
 from test_compile_with_stand_in_engines import engines_built_execution_stood_in
-from test_lower_auto_functionalized import CPU_BUILDER, NEEDS_CPU_BUILDER, _clone
+from test_lower_auto_functionalized import CPU_BUILDER, _clone
 from torch.testing._internal.common_utils import TestCase, run_tests
 from torch_tensorrt.dynamo.lowering._state_plan import (
     COPY,
     IN_PLACE,
     StateUpdate,
     check_engines_against_state_plan,
+)
+
+CPU_ONLY = (
+    "Building engines without a CUDA device needs TensorRT-RTX on a host without "
+    "a GPU; on a GPU the same programs run with real engines: TestEveryClassOnGpu in this file."
 )
 
 
@@ -175,7 +180,7 @@ def _matches_eager(testcase, cls, args, caller=None, **settings):
     return trt
 
 
-@unittest.skipIf(not CPU_BUILDER, NEEDS_CPU_BUILDER)
+@unittest.skipIf(not CPU_BUILDER, CPU_ONLY)
 class TestEveryClassHasOnePlan(TestCase):
     def test_the_standalone_map_files_each_state_once(self):
         for name, cls in CASES.items():
@@ -230,12 +235,56 @@ class TestEveryClassHasOnePlan(TestCase):
         self.assertIn("state buf_cache (float32): copy", logs.output[0])
 
 
+@unittest.skipIf(
+    not torch.cuda.is_available(),
+    "Running the engines needs a CUDA device; the CPU variant is "
+    "TestEveryClassHasOnePlan (engines built by TensorRT-RTX, execution stood in).",
+)
+class TestEveryClassOnGpu(TestCase):
+    """The same programs with real engines: compile() on the GPU against eager."""
+
+    def _against_eager(self, cls, args, caller=None):
+        args = tuple(a.cuda() for a in args)
+        model = cls().cuda()
+        ep = torch.export.export(model, _clone(args))
+        trt = torch_tensorrt.dynamo.compile(
+            ep, arg_inputs=list(_clone(args)), min_block_size=1
+        )
+        eager = cls().cuda()
+        compiled_args = caller(_clone(args)) if caller else _clone(args)
+        eager_args = _clone(args)
+        held = []
+        for step in range(3):
+            out, expected = trt(*compiled_args), eager(*eager_args)
+            self.assertEqual(out, expected, msg=f"step {step}")
+            self.assertEqual(
+                [a.contiguous() for a in compiled_args], eager_args, msg=f"{step}"
+            )
+            for name, buffer in eager.named_buffers():
+                self.assertEqual(getattr(trt, name), buffer, msg=f"{name}, {step}")
+            held.append((out, out.clone()))
+        for out, copy in held:
+            self.assertEqual(out, copy, msg="an output changed after later calls")
+
+    def test_compile_matches_eager(self):
+        for name, cls in CASES.items():
+            with self.subTest(name):
+                self._against_eager(cls, _args(name))
+
+    def test_a_caller_state_laid_out_otherwise(self):
+        def transposed(args):
+            state = args[0].transpose(0, -1).contiguous().transpose(0, -1)
+            return (state,) + args[1:]
+
+        self._against_eager(RowsWrite, _args("rows"), caller=transposed)
+
+
 class FunctionalIndexCopy(torch.nn.Module):
     def forward(self, cache, index, update):
         return torch.ops.aten.index_copy.default(cache, 2, index, update)
 
 
-@unittest.skipIf(not CPU_BUILDER, NEEDS_CPU_BUILDER)
+@unittest.skipIf(not CPU_BUILDER, CPU_ONLY)
 class TestUpstreamsFunctionalCacheContract(TestCase):
     """A functional KV write on an input nothing else reads stays in place where
     2.14.0 put it (upstream's test_index_copy_kv.py), with a warning saying so."""
