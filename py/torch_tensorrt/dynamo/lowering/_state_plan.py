@@ -82,10 +82,27 @@ def state_new_values(
     states: Dict[torch.fx.Node, Optional[torch.fx.Node]] = {}
     for node in gm.graph.nodes:
         if node.op == "placeholder" and "_lifted_buffer_output" in node.meta:
+            position = node.meta["_lifted_buffer_output"]
             if outputs is None:
                 outputs = _outputs(gm)
-            value = outputs[node.meta["_lifted_buffer_output"]]
+            value = outputs[position] if position is not None else None
             states[node] = value if isinstance(value, torch.fx.Node) else None
+        elif node.op == "placeholder" and node.meta.get("_lifted_buffer"):
+            # lifted by a buffer lifting that drops the write-back and predicts
+            # the layer (before this plan): its one slab write is its update
+            writes = [
+                u
+                for u in node.users
+                if u.op == "call_function"
+                and u.target
+                in (
+                    torch.ops.aten.slice_scatter.default,
+                    torch.ops.aten.index_copy.default,
+                )
+                and u.args[0] is node
+            ]
+            if len(writes) == 1:
+                states[node] = writes[0]
         elif is_write_back(node) and isinstance(node.args[0], torch.fx.Node):
             value = node.args[1] if len(node.args) > 1 else None
             states[node.args[0]] = value if isinstance(value, torch.fx.Node) else None
