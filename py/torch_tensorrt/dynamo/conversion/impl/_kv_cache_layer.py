@@ -303,11 +303,13 @@ def _is_state_update(write: torch.fx.Node, cache: torch.fx.Node) -> bool:
     ``lift_mutated_buffers`` appended for the buffer's new value (a functional
     write of a buffer, ``y = torch.index_copy(self.buf, ...)``, is a new tensor).
     """
-    if "_lifted_buffer_output" not in cache.meta:
+    if (
+        "_lifted_buffer_output" not in cache.meta
+        and cache.meta.get("_lifted_buffer") is not None
+    ):
         # lifted by a buffer lifting that drops the write-back and predicts
         # the layer (before the state plan): any write of it is its update
-        if cache.meta.get("_lifted_buffer") is not None:
-            return True
+        return True
     position = cache.meta.get("_lifted_buffer_output")
     if position is not None:
         output = next(n for n in write.graph.nodes if n.op == "output")
