@@ -174,7 +174,8 @@ class TestRewrite(TestCase):
                 """\
 def forward(self, state, new):
     state, new, = fx_pytree.tree_flatten_spec(([state, new], {}), self._in_spec)
-    reshape_default = torch.ops.aten.reshape.default(state, [2, 1, 16, 8])
+    contiguous_default = torch.ops.aten.contiguous.default(state)
+    reshape_default = torch.ops.aten.reshape.default(contiguous_default, [2, 1, 16, 8]);  contiguous_default = None
     reshape_default_1 = torch.ops.aten.reshape.default(new, [2, 1, 2, 8])
     slice_scatter_default = torch.ops.aten.slice_scatter.default(reshape_default, reshape_default_1, 2, 5, 7);  reshape_default = reshape_default_1 = None
     view_default_1 = torch.ops.aten.view.default(slice_scatter_default, [2, 16, 8]);  slice_scatter_default = None
@@ -183,7 +184,12 @@ def forward(self, state, new):
     return pytree.tree_unflatten((mul,), self._out_spec)""",
             )
             self.assertEqual(
-                marked, {"reshape_default": "input", "view_default_1": "output"}
+                marked,
+                {
+                    "contiguous_default": "layout",
+                    "reshape_default": "input",
+                    "view_default_1": "output",
+                },
             )
         else:
             self.assertExpectedInline(

@@ -111,13 +111,20 @@ def _rewrite(gm: torch.fx.GraphModule, plan: KVStateWrite) -> None:
         new = _new_values(graph, plan)
         state, values = plan.cache, new
         if not plan.in_layer_form:
-            # reshape: a view of a contiguous state (the engine writes the
-            # caller's memory), a copy of a state the caller passes laid out
-            # otherwise (written back into it, as any copied state)
+            # the caller's memory when it is contiguous (the engine writes the
+            # state itself), a contiguous copy, written back into it, when the
+            # caller lays it out otherwise
+            layout = _call(
+                graph,
+                torch.ops.aten.contiguous.default,
+                (plan.cache,),
+                state_val,
+            )
+            layout.meta[STATE_VIEW] = {"role": "layout", "state": plan.cache.name}
             state = _call(
                 graph,
                 torch.ops.aten.reshape.default,
-                (plan.cache, list(plan.view)),
+                (layout, list(plan.view)),
                 state_val.view(plan.view),
             )
             state.meta[STATE_VIEW] = {
@@ -269,6 +276,11 @@ def declare_state_views(
     for node in list(gm.graph.nodes):
         info = node.meta.get(STATE_VIEW)
         if info is None:
+            continue
+        if info["role"] == "layout":
+            # the engine's input is the state's memory itself: no copy
+            node.replace_all_uses_with(node.args[0])
+            gm.graph.erase_node(node)
             continue
         if info["role"] == "input":
             state = node.args[0]
