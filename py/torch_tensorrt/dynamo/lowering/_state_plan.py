@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
+from typing import Any, Dict, List, Optional, Set, Tuple
 
 import torch
 from torch_tensorrt.dynamo._settings import CompilationSettings
@@ -276,8 +276,3 @@ def check_engines_against_state_plan(
                 "new value is copied back",
                 name,
             )
-
-
-def in_place_states(plan: Dict[str, StateUpdate]) -> Iterable[str]:
-    """The names of the states the plan puts in place."""
-    return (name for name, update in plan.items() if update.in_place)
