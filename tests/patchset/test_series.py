@@ -29,6 +29,7 @@ def test_the_real_series():
         "docs",
         "kv-state",
         "state-plan",
+        "per-call",
     ]
     # the pieces that build on #4459 say so
     buffer = next(p for p in pieces if p.id == "buffer-state")

@@ -21,7 +21,9 @@ Two parts, both written to the JSON file ``--out`` names:
   the unpatched wheel's module, timed by this script in that interpreter.
   Each module is first called once on copies of the arguments and its states
   compared with eager PyTorch's (``matches_eager``); a size that fails is
-  recorded under ``errors`` and the others still run.
+  recorded under ``errors`` and the others still run. The module with and
+  without the check are timed in alternating blocks. ``--profile PATH`` writes
+  where the host's time goes per call at the largest N (cProfile).
 
 The model writes each state at a position given at run time, as a KV cache
 step does (the states are inputs; with N = 0 it computes ``u * 2 + 1`` only)::
@@ -38,7 +40,6 @@ import os
 import platform
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence
@@ -74,11 +75,16 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         action="store_true",
         help="time only compile()'s module (what --unpatched-python runs)",
     )
+    parser.add_argument(
+        "--profile",
+        metavar="PATH",
+        help="write a cProfile of compile()'s module at the largest N (host time)",
+    )
     return parser.parse_args(argv)
 
 
-def median_us(call: Callable[[], Any], calls: int, sync: bool = False) -> float:
-    """Median wall time of ``call`` in microseconds, after 10 warm-up calls."""
+def sample_us(call: Callable[[], Any], calls: int, sync: bool = False) -> List[float]:
+    """Wall times of ``calls`` calls in microseconds, after 10 warm-up calls."""
     for _ in range(10):
         call()
     if sync:
@@ -89,8 +95,36 @@ def median_us(call: Callable[[], Any], calls: int, sync: bool = False) -> float:
         call()
         if sync:
             torch.cuda.synchronize()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e6
+        times.append((time.perf_counter() - start) * 1e6)
+    return times
+
+
+def median_us(call: Callable[[], Any], calls: int, sync: bool = False) -> float:
+    """Median wall time of ``call`` in microseconds, after 10 warm-up calls."""
+    return statistics.median(sample_us(call, calls, sync))
+
+
+_BLOCKS = 4
+
+
+def _profile(call: Callable[[], Any], calls: int, path: str, n: int) -> None:
+    """Where the host's time goes in ``calls`` calls: cProfile, by own time."""
+    import cProfile
+    import io
+    import pstats
+
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(calls):
+        call()
+    torch.cuda.synchronize()
+    profiler.disable()
+    text = io.StringIO()
+    stats = pstats.Stats(profiler, stream=text)
+    stats.sort_stats("tottime").print_stats(30)
+    with open(path, "w") as f:
+        f.write(f"compile()'s module, {n} written states, {calls} calls\n")
+        f.write(text.getvalue())
 
 
 def _arguments(n: int, device: str) -> List[torch.Tensor]:
@@ -172,7 +206,12 @@ def _without_check(module: torch.nn.Module) -> Callable[[], None]:
 
 
 def _time_module(
-    n: int, calls: int, with_check_off: bool, result: Dict[str, Any]
+    n: int,
+    calls: int,
+    with_check_off: bool,
+    result: Dict[str, Any],
+    profile_path: Optional[str] = None,
+    profile_states: int = -1,
 ) -> None:
     """Times eager and compile()'s module (and without the check) at ``n`` states."""
     import torch_tensorrt
@@ -195,26 +234,37 @@ def _time_module(
     result.setdefault("matches_eager", {})[str(n)] = all(
         torch.equal(c, e) for c, e in zip(compiled_args, eager_args_once)
     )
-    result["module_us"][str(n)] = round(
-        median_us(lambda: trt(*args), calls, sync=True), 2
-    )
+    # the module with and without the check timed in alternating blocks, so
+    # that a drift of the machine's speed reaches both alike
+    samples: Dict[str, List[float]] = {"on": [], "off": []}
+    for _ in range(_BLOCKS):
+        samples["on"] += sample_us(lambda: trt(*args), calls // _BLOCKS, sync=True)
+        if with_check_off:
+            restore = _without_check(trt)
+            try:
+                samples["off"] += sample_us(
+                    lambda: trt(*args), calls // _BLOCKS, sync=True
+                )
+            finally:
+                restore()
+    result["module_us"][str(n)] = round(statistics.median(samples["on"]), 2)
     if with_check_off:
-        restore = _without_check(trt)
-        try:
-            result["module_check_off_us"][str(n)] = round(
-                median_us(lambda: trt(*args), calls, sync=True), 2
-            )
-        finally:
-            restore()
+        result["module_check_off_us"][str(n)] = round(
+            statistics.median(samples["off"]), 2
+        )
+    if profile_path and n == profile_states:
+        _profile(lambda: trt(*args), calls, profile_path, n)
     print(
         f"module, {n:4d} written states: eager {result['eager_us'][str(n)]:9.2f} "
         f"us, module {result['module_us'][str(n)]:9.2f} us per call"
     )
-    del trt, ep
 
 
 def module_part(
-    states: Sequence[int], calls: int, with_check_off: bool
+    states: Sequence[int],
+    calls: int,
+    with_check_off: bool,
+    profile_path: Optional[str] = None,
 ) -> Dict[str, Any]:
     """Median microseconds per synchronized call of compile()'s module and eager."""
     import torch_tensorrt
@@ -228,7 +278,7 @@ def module_part(
         result["module_check_off_us"] = {}
     for n in states:
         try:
-            _time_module(n, calls, with_check_off, result)
+            _time_module(n, calls, with_check_off, result, profile_path, max(states))
         except Exception as e:  # recorded: the other sizes still run
             result.setdefault("errors", {})[str(n)] = f"{type(e).__name__}: {e}"
             print(f"module, {n:4d} written states: {type(e).__name__}: {e}")
@@ -281,7 +331,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     else:
         result["device"] = torch.cuda.get_device_name()
         result["module"] = module_part(
-            args.states, args.calls, with_check_off=not args.module_only
+            args.states, args.calls, not args.module_only, args.profile
         )
         if args.unpatched_python:
             result["unpatched_module"] = unpatched_part(

@@ -20,7 +20,10 @@ tensors: their address ranges are sorted and swept once, and only pairs whose
 ranges meet (none, for states in separate allocations) are compared element by
 element. Everything that does not depend on the call's tensors (how the
 arguments bind to the graph's inputs, which inputs are written, their names) is
-computed once, when the check is made. Within a call of ``compile()``'s module,
+computed once, when the check is made. ``compile()``'s module remembers the
+tensors of the last call it let through: a call with the same tensors, each of
+the same version and address (what a decoding loop passes), is not compared
+again. Within a call of ``compile()``'s module,
 whose forward pre-hook checked the caller's arguments, the engines do not check
 their inputs again: the partitioner gives no engine two inputs that share
 memory unless the caller's arguments do
@@ -39,6 +42,11 @@ import torch
 from torch.fx._pytree import tree_flatten_spec
 
 logger = logging.getLogger(__name__)
+
+# read per call for every argument: the unbound C accessors are the cheapest
+_VERSION = operator.attrgetter("_version")
+_DATA_PTR = torch._C.TensorBase.data_ptr
+_TENSORS_ONLY = {torch.Tensor}
 
 # Beyond this many candidate indices along one dimension the exact test stops
 # and the two views are taken to overlap
@@ -366,6 +374,14 @@ class InPlaceArgumentsCheck:
         written_positions = set(self.written)
         self._is_written = [i in written_positions for i in range(len(self.names))]
         self._buffer_paths = [tuple(name.split(".")) for name in self.buffers]
+        self._passed: Optional[Tuple[Any, ...]] = None
+        self._passed_tensors: List[Any] = []
+
+    def __getstate__(self) -> Dict[str, Any]:
+        # the last call's tensors belong to this process, not to a copy
+        state = dict(self.__dict__)
+        state["_passed"], state["_passed_tensors"] = None, []
+        return state
 
     @classmethod
     def of_module(cls, module: torch.fx.GraphModule) -> Optional[InPlaceArgumentsCheck]:
@@ -393,9 +409,9 @@ class InPlaceArgumentsCheck:
         if len(values) != len(self.names) or torch.compiler.is_compiling():
             return  # forward raises its own error; a traced call has no memory
         tensors: List[Any] = list(values)
-        is_written = list(self._is_written)
-        positions: Sequence[int] = range(len(values))  # of the tensors compared
-        if not all(type(v) is torch.Tensor for v in values):
+        is_written = self._is_written
+        positions: Optional[List[int]] = None  # of the tensors compared: all
+        if set(map(type, values)) != _TENSORS_ONLY:
             # numbers, None, subclasses: only real tensors have memory to compare
             positions = [
                 i
@@ -405,17 +421,38 @@ class InPlaceArgumentsCheck:
             tensors = [values[i] for i in positions]
             is_written = [self._is_written[i] for i in positions]
         buffers = []
-        for b, path in enumerate(self._buffer_paths):
-            state = self._buffer(module, path)
-            if isinstance(state, torch.Tensor) and not _is_fake(state):
-                tensors.append(state)
-                is_written.append(True)
-                buffers.append(b)
+        if self._buffer_paths:
+            is_written = list(is_written)
+            for b, path in enumerate(self._buffer_paths):
+                state = self._buffer(module, path)
+                if isinstance(state, torch.Tensor) and not _is_fake(state):
+                    tensors.append(state)
+                    is_written.append(True)
+                    buffers.append(b)
+        # The tensors of the last call that passed, with their versions and
+        # addresses: a tensor that changed its sizes, strides or storage in
+        # place (set_, resize_, as_strided_, transpose_...) has a new version,
+        # one given other memory (``.data =``) a new address. The references
+        # keep each id that tensor's (as the engines keep their last inputs).
+        seen: Optional[Tuple[Any, ...]]
+        try:
+            seen = (
+                tuple(map(id, tensors)),
+                tuple(map(_VERSION, tensors)),
+                tuple(map(_DATA_PTR, tensors)),
+                None if positions is None else tuple(positions),
+                tuple(buffers),
+            )
+        except RuntimeError:  # an inference tensor has no version: checked
+            seen = None
+        if seen is not None and seen == self._passed:
+            return
         pair = _overlapping_pair(tensors, is_written)
         if pair is not None:
-            labels = [("input", i) for i in positions]
+            labels = [("input", i) for i in positions or range(len(values))]
             labels += [("buffer", b) for b in buffers]
             _refuse("The compiled module", pair, lambda k: self._label(labels[k]))
+        self._passed, self._passed_tensors = seen, tensors
 
     def _label(self, label: Tuple[str, int]) -> str:
         kind, index = label

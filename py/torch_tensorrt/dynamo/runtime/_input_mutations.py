@@ -33,6 +33,7 @@ from typing import (
 import torch
 from torch_tensorrt._features import ENABLED_FEATURES
 from torch_tensorrt.dynamo.conversion._functionalized_op import is_write_back
+from torch_tensorrt.dynamo.runtime._in_place_outputs import engine_in_place_inputs
 
 logger = logging.getLogger(__name__)
 
@@ -214,15 +215,22 @@ def engine_stream(inputs: Sequence[torch.Tensor]) -> Hashable:
 
 
 def _written_nodes(gm: torch.fx.GraphModule) -> Set[torch.fx.Node]:
-    """Inputs and buffers (``get_attr``) of ``gm`` that a write-back updates."""
+    """Inputs and buffers (``get_attr``) of ``gm`` that a write-back or an engine
+    (in place) updates."""
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     written = set()
     for node in gm.graph.nodes:
         if is_write_back(node) and isinstance(node.args[0], torch.fx.Node):
             written.add(node.args[0])
         elif node.op == "call_module":
-            # the fast partitioner moves write-backs into PyTorch submodules
             submodule = getattr(gm, str(node.target))
+            # an engine writes these in place; their write-backs were dropped
+            written.update(
+                arg
+                for _, i in engine_in_place_inputs(submodule)
+                if isinstance(arg := node.args[i], torch.fx.Node)
+            )
+            # the fast partitioner moves write-backs into PyTorch submodules
             if not isinstance(submodule, torch.fx.GraphModule):
                 continue
             inner = [n for n in submodule.graph.nodes if n.op == "placeholder"]
@@ -239,7 +247,8 @@ def mutated_inputs(module: torch.nn.Module) -> List[int]:
     """Flat positions of the inputs a compiled module writes new values into.
 
     Those are the graph inputs that a write-back (``aten.copy_``) updates, in the
-    module's graph or in one of its PyTorch submodules. A module that is not an
+    module's graph or in one of its PyTorch submodules, and those an engine
+    writes in place. A module that is not an
     FX graph has none that can be found.
     """
     if not isinstance(module, torch.fx.GraphModule):
