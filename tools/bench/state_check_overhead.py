@@ -23,7 +23,7 @@ Two parts, both written to the JSON file ``--out`` names:
   compared with eager PyTorch's (``matches_eager``); a size that fails is
   recorded under ``errors`` and the others still run. The module with and
   without the check are timed in alternating blocks. ``--profile PATH`` writes
-  where the host's time goes per call at the largest N (cProfile).
+  where the host's time goes at ``--profile-states`` N (cProfile).
 
 The model writes each state at a position given at run time, as a KV cache
 step does (the states are inputs; with N = 0 it computes ``u * 2 + 1`` only)::
@@ -78,7 +78,10 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser.add_argument(
         "--profile",
         metavar="PATH",
-        help="write a cProfile of compile()'s module at the largest N (host time)",
+        help="write a cProfile of compile()'s module (host time) to PATH",
+    )
+    parser.add_argument(
+        "--profile-states", type=int, default=64, metavar="N", help="profiled at N"
     )
     return parser.parse_args(argv)
 
@@ -265,6 +268,7 @@ def module_part(
     calls: int,
     with_check_off: bool,
     profile_path: Optional[str] = None,
+    profile_states: int = 64,
 ) -> Dict[str, Any]:
     """Median microseconds per synchronized call of compile()'s module and eager."""
     import torch_tensorrt
@@ -331,7 +335,11 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     else:
         result["device"] = torch.cuda.get_device_name()
         result["module"] = module_part(
-            args.states, args.calls, not args.module_only, args.profile
+            args.states,
+            args.calls,
+            not args.module_only,
+            args.profile,
+            args.profile_states,
         )
         if args.unpatched_python:
             result["unpatched_module"] = unpatched_part(
