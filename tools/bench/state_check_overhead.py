@@ -22,7 +22,9 @@ Two parts, both written to the JSON file ``--out`` names:
   Each module is first called once on copies of the arguments and its states
   compared with eager PyTorch's (``matches_eager``); a size that fails is
   recorded under ``errors`` and the others still run. The module with and
-  without the check are timed in alternating blocks. ``--profile PATH`` writes
+  without the check are timed in alternating blocks. ``module_host_us`` and
+  ``eager_host_us``: the host's time in the call alone, the device idle when
+  it starts (what the call costs the host, not the device's work). ``--profile PATH`` writes
   where the host's time goes at ``--profile-states`` N (cProfile).
 
 The model writes each state at a position given at run time, as a KV cache
@@ -100,6 +102,25 @@ def sample_us(call: Callable[[], Any], calls: int, sync: bool = False) -> List[f
             torch.cuda.synchronize()
         times.append((time.perf_counter() - start) * 1e6)
     return times
+
+
+def host_us(call: Callable[[], Any], calls: int) -> float:
+    """Median time the host spends in ``call``, the device idle when it starts.
+
+    The device is synchronized before each call and after it, outside the timed
+    span: what the call costs the host (checks, bindings, the engine's enqueue),
+    not the device's work.
+    """
+    for _ in range(10):
+        call()
+    times = []
+    for _ in range(calls):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        call()
+        times.append((time.perf_counter() - start) * 1e6)
+    torch.cuda.synchronize()
+    return statistics.median(times)
 
 
 def median_us(call: Callable[[], Any], calls: int, sync: bool = False) -> float:
@@ -255,6 +276,12 @@ def _time_module(
         result["module_check_off_us"][str(n)] = round(
             statistics.median(samples["off"]), 2
         )
+    result.setdefault("module_host_us", {})[str(n)] = round(
+        host_us(lambda: trt(*args), calls), 2
+    )
+    result.setdefault("eager_host_us", {})[str(n)] = round(
+        host_us(lambda: eager(*eager_args), calls), 2
+    )
     if profile_path and n == profile_states:
         _profile(lambda: trt(*args), calls, profile_path, n)
     print(
