@@ -30,6 +30,7 @@ def test_the_real_series():
         "kv-state",
         "state-plan",
         "per-call",
+        "hf-decoders",
     ]
     # the pieces that build on #4459 say so
     buffer = next(p for p in pieces if p.id == "buffer-state")

@@ -126,6 +126,8 @@ def engines_built_execution_stood_in():
     built = []
 
     def convert_module(module, inputs, settings=None, name="", engine_cache=None):
+        # copied before the interpreter, which may free what it put in the engine
+        partition = copy.deepcopy(module)
         result = interpret_module_to_result(
             module, inputs, settings, engine_cache=engine_cache, name=name
         )
@@ -136,7 +138,7 @@ def engines_built_execution_stood_in():
                 i.dtype.to(torch.dtype) if hasattr(i, "dtype") else None for i in inputs
             )
         ]
-        built.append(StandInEngineModule(copy.deepcopy(module), result, name, dtypes))
+        built.append(StandInEngineModule(partition, result, name, dtypes))
         return built[-1]
 
     real_is_available = torch.cuda.is_available
