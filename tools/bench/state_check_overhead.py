@@ -309,7 +309,7 @@ def module_part(
         result["module_check_off_us"] = {}
     for n in states:
         try:
-            _time_module(n, calls, with_check_off, result, profile_path, max(states))
+            _time_module(n, calls, with_check_off, result, profile_path, profile_states)
         except Exception as e:  # recorded: the other sizes still run
             result.setdefault("errors", {})[str(n)] = f"{type(e).__name__}: {e}"
             print(f"module, {n:4d} written states: {type(e).__name__}: {e}")
