@@ -77,20 +77,32 @@ ep = torch.export.export(wrapped(), (), step(3, 0), strict=False)
 
 # %%
 # 3. A standalone engine and its alias map (no GPU needed with TensorRT-RTX)
-with tempfile.TemporaryDirectory() as out_dir:
-    map_path = os.path.join(out_dir, "decoder.aliases.json")
-    engine = torch_tensorrt.dynamo.convert_exported_program_to_serialized_trt_engine(
-        ep,
-        arg_inputs=(),
-        kwarg_inputs=step(3, 0),
-        min_block_size=1,
-        lift_mutable_buffers=True,
-        alias_map_path=map_path,
+from torch_tensorrt import ENABLED_FEATURES  # noqa: E402
+
+if torch.cuda.is_available() or ENABLED_FEATURES.tensorrt_rtx:
+    with tempfile.TemporaryDirectory() as out_dir:
+        map_path = os.path.join(out_dir, "decoder.aliases.json")
+        engine = (
+            torch_tensorrt.dynamo.convert_exported_program_to_serialized_trt_engine(
+                ep,
+                arg_inputs=(),
+                kwarg_inputs=step(3, 0),
+                min_block_size=1,
+                lift_mutable_buffers=True,
+                alias_map_path=map_path,
+            )
+        )
+        with open(map_path) as f:
+            aliases = json.load(f)["aliases"]
+    print(f"Built a standalone engine of {len(engine)} bytes; alias map:")
+    print(
+        json.dumps([{k: a[k] for k in ("input", "update")} for a in aliases], indent=2)
     )
-    with open(map_path) as f:
-        aliases = json.load(f)["aliases"]
-print(f"Built a standalone engine of {len(engine)} bytes; alias map:")
-print(json.dumps([{k: a[k] for k in ("input", "update")} for a in aliases], indent=2))
+else:
+    print(
+        "Step 3 skipped: no TensorRT builder here (standard TensorRT builds on a "
+        "GPU; TensorRT-RTX also on a CPU)."
+    )
 
 # %%
 # 4. compile() in one call, then greedy decoding (runs engines: needs a GPU)

@@ -2,8 +2,9 @@
 
 Without a GPU it builds the decoder's standalone engine (TensorRT-RTX) and prints
 its alias map: every key and value cache written in place, the counters copied
-back. With a GPU it also compiles the decoder and decodes 16 tokens greedily,
-asserting they are HuggingFace's.
+back; the standard flavour on a CPU has no builder and says so. With a GPU it
+also compiles the decoder and decodes 16 tokens greedily, asserting they are
+HuggingFace's.
 """
 
 import importlib.util
@@ -15,6 +16,7 @@ import sys
 
 import pytest
 import torch
+from torch_tensorrt import ENABLED_FEATURES
 
 EXAMPLE = os.path.join(
     os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
@@ -39,6 +41,9 @@ def output():
 
 
 def test_every_cache_is_written_in_place(output):
+    if not (torch.cuda.is_available() or ENABLED_FEATURES.tensorrt_rtx):
+        assert "Step 3 skipped: no TensorRT builder here" in output
+        return
     m = re.search(r"alias map:\n(\[.*?\n\])", output, re.S)
     assert m, output
     entries = {a["input"]: a["update"] for a in json.loads(m.group(1))}

@@ -33,7 +33,6 @@ from typing import (
 import torch
 from torch_tensorrt._features import ENABLED_FEATURES
 from torch_tensorrt.dynamo.conversion._functionalized_op import is_write_back
-from torch_tensorrt.dynamo.runtime._in_place_outputs import engine_in_place_inputs
 
 logger = logging.getLogger(__name__)
 
@@ -217,6 +216,10 @@ def engine_stream(inputs: Sequence[torch.Tensor]) -> Hashable:
 def _written_nodes(gm: torch.fx.GraphModule) -> Set[torch.fx.Node]:
     """Inputs and buffers (``get_attr``) of ``gm`` that a write-back or an engine
     (in place) updates."""
+    from torch_tensorrt.dynamo.runtime._in_place_outputs import (
+        engine_in_place_inputs,
+    )
+
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     written = set()
     for node in gm.graph.nodes:
