@@ -31,6 +31,7 @@ def test_the_real_series():
         "state-plan",
         "per-call",
         "hf-decoders",
+        "users-2",
     ]
     # the pieces that build on #4459 say so
     buffer = next(p for p in pieces if p.id == "buffer-state")
