@@ -154,3 +154,32 @@ def test_refresh_refuses_dirty_trees_and_stray_heads(work, tmp_path):
     with pytest.raises(PatchsetError, match="branch 02-mutation-lowering is missing"):
         tree.refresh(str(work), str(out))
     assert filecmp.dircmp(series.PATCH_DIR, out / "patches").diff_files == []
+
+
+def test_refresh_refuses_to_delete_files_the_tree_lacks(materialized, tmp_path):
+    """A file listed here but never committed in the tree used to be deleted."""
+    dest, _ = materialized
+    out = repository_copy(tmp_path / "repo")
+    stray = out / "examples" / "dynamo" / "not_in_the_tree.py"
+    stray.write_text("print('mine')\n")
+    with pytest.raises(PatchsetError, match=r"delete \['examples/dynamo/not_in_the"):
+        tree.refresh(str(dest), str(out))
+    assert stray.read_text() == "print('mine')\n"
+    assert filecmp.dircmp(series.PATCH_DIR, out / "patches").diff_files == []
+
+
+def test_refresh_refuses_to_overwrite_uncommitted_edits(materialized, tmp_path):
+    dest, _ = materialized
+    out = repository_copy(tmp_path / "repo")
+    git(out, "init", "-q")
+    git(out, "add", "-A")
+    git(out, "-c", "user.name=x", "-c", "user.email=x@x", "commit", "-q", "-m", "x")
+    edited = out / series.new_files()[0]
+    edited.write_text(edited.read_text() + "\n# an edit made here\n")
+    with pytest.raises(PatchsetError, match="overwrite uncommitted changes"):
+        tree.refresh(str(dest), str(out))
+    assert edited.read_text().endswith("# an edit made here\n")
+    # committed, it is the tree's version that refresh writes
+    git(out, "-c", "user.name=x", "-c", "user.email=x@x", "commit", "-qam", "y")
+    tree.refresh(str(dest), str(out))
+    assert filecmp.cmp(os.path.join(dest, series.new_files()[0]), edited, False)

@@ -161,6 +161,48 @@ def _patch_name(tree: str, commit: str, taken: List[str], used: List[str]) -> st
     return name
 
 
+def _refuse_to_lose_work(out_root: str, tree: str, final: List[str]) -> None:
+    """Refuse a refresh that would delete or overwrite work only ``out_root`` has.
+
+    Refresh replaces the new files' roots of ``out_root`` with the tree's new
+    files: a file there that the tree lacks would be deleted, and an uncommitted
+    edit (``out_root`` being a git checkout) that the tree does not have would be
+    overwritten.
+    """
+    wanted = set(final)
+    lost = []
+    for root in series.NEW_FILE_ROOTS:
+        for folder, dirs, files in os.walk(os.path.join(out_root, root)):
+            dirs[:] = [d for d in dirs if d != "__pycache__"]
+            for name in files:
+                rel = os.path.relpath(os.path.join(folder, name), out_root)
+                if rel not in wanted and not name.endswith(".pyc"):
+                    lost.append(rel)
+    if lost:
+        raise PatchsetError(
+            f"refresh would delete {sorted(lost)}, which the tree {tree} lacks: "
+            "commit them there (listed in a piece of the series), or remove them here"
+        )
+    if run_git(out_root, ["rev-parse", "--git-dir"]).returncode != 0:
+        return
+    changed = run_git(
+        out_root, ["status", "--porcelain", "--", *series.NEW_FILE_ROOTS]
+    ).stdout.splitlines()
+    overwritten = []
+    for line in changed:
+        rel = line[3:].strip()
+        here, there = os.path.join(out_root, rel), os.path.join(tree, rel)
+        if os.path.isfile(here) and not (
+            os.path.isfile(there) and filecmp.cmp(here, there, False)
+        ):
+            overwritten.append(rel)
+    if overwritten:
+        raise PatchsetError(
+            f"refresh would overwrite uncommitted changes to {sorted(overwritten)} "
+            f"with the tree's versions: commit them in the tree {tree} first"
+        )
+
+
 def refresh(tree: str, out_root: str = REPO_ROOT) -> Tuple[int, int]:
     """Regenerate ``patches/`` and the new files of ``out_root``; return their counts."""
     tree = os.path.abspath(tree)
@@ -223,6 +265,7 @@ def refresh(tree: str, out_root: str = REPO_ROOT) -> Tuple[int, int]:
         entries = list(brought.values())
         entries += [f for f in final if owner[f][0] == k and owner[f][1] not in brought]
         sections.append((piece_id, title, decisions, entries))
+    _refuse_to_lose_work(out_root, tree, final)
     for name in os.listdir(patch_dir):
         if name.endswith(".patch"):
             os.unlink(os.path.join(patch_dir, name))
