@@ -282,4 +282,13 @@ class FunctionalizedOp:
                 f"converter for an op that mutates {list(self.mutated)} must return "
                 f"{self.num_outputs}: {', '.join(self.output_layout())}"
             )
+        missing = [
+            name for name, out in zip(self.output_layout(), outputs) if out is None
+        ]
+        if missing:
+            raise RuntimeError(
+                f"The converter for {self.op} returned None for {', '.join(missing)}; "
+                f"a converter for an op that mutates {list(self.mutated)} must return "
+                f"a TensorRT tensor for each of: {', '.join(self.output_layout())}"
+            )
         return tuple(outputs)
