@@ -53,14 +53,12 @@ from hf_static_cache_models import (  # noqa: E402
     MODELS,
     export,
     greedy,
-    step_inputs,
+    standalone_engine,
     wrapped,
 )
 
 
 def build(out_dir: str, steps: int, names: Sequence[str]) -> None:
-    import torch_tensorrt
-
     os.makedirs(out_dir, exist_ok=True)
     for name in names:
         family, mode, cache_len = {**MODELS, **BENCH}[name]
@@ -69,16 +67,7 @@ def build(out_dir: str, steps: int, names: Sequence[str]) -> None:
         ep = export(module, mode)
         map_path = os.path.join(out_dir, f"{name}.json")
         start = time.perf_counter()
-        engine = (
-            torch_tensorrt.dynamo.convert_exported_program_to_serialized_trt_engine(
-                ep,
-                arg_inputs=(),
-                kwarg_inputs=step_inputs(FIRST_TOKEN, 0),
-                min_block_size=1,
-                lift_mutable_buffers=True,
-                alias_map_path=map_path,
-            )
-        )
+        engine = standalone_engine(ep, map_path)
         seconds = time.perf_counter() - start
         # every state starts at zero, as the caller's do in ``run``
         for buffer_name, value in initial.items():
@@ -163,17 +152,22 @@ def run_one(
     torch.cuda.synchronize()
     allocated_before = torch.cuda.memory_allocated()
     steps = len(reference["tokens"]) if reference is not None else 50
-    for position in range(steps):
-        buffers["input_ids"].fill_(token)
+
+    def step(position: int, then: Sequence[Any] = ()) -> float:
+        """One timed run at ``position``: the engine, the copy-backs, ``then``."""
         buffers["cache_position"].fill_(position)
         torch.cuda.synchronize()
         start = time.perf_counter()
         assert context.execute_async_v3(stream.cuda_stream)
         with torch.cuda.stream(stream):
-            for dst, src in copies:
+            for dst, src in [*copies, *then]:
                 dst.copy_(src)
         stream.synchronize()
-        times.append((time.perf_counter() - start) * 1e6)
+        return (time.perf_counter() - start) * 1e6
+
+    for position in range(steps):
+        buffers["input_ids"].fill_(token)
+        times.append(step(position))
         out = buffers[logits_name].reshape(-1).float().cpu()
         logits.append(out)
         token = int(out.argmax())
@@ -194,21 +188,10 @@ def run_one(
     if reference is None:
         # the least a copy-back costs: the same step, then one copy of every
         # cache (2.14.0 would also have the engine write a whole new cache)
-        scratch = [torch.empty_like(buffers[i]) for i in in_place.values()]
-        caches = [buffers[i] for i in in_place.values()]
-        copy_times = []
-        for position in range(steps):
-            buffers["cache_position"].fill_(position)
-            torch.cuda.synchronize()
-            start = time.perf_counter()
-            assert context.execute_async_v3(stream.cuda_stream)
-            with torch.cuda.stream(stream):
-                for dst, src in copies:
-                    dst.copy_(src)
-                for cache, new in zip(caches, scratch):
-                    cache.copy_(new)
-            stream.synchronize()
-            copy_times.append((time.perf_counter() - start) * 1e6)
+        cache_copies = [
+            (buffers[i], torch.empty_like(buffers[i])) for i in in_place.values()
+        ]
+        copy_times = [step(position, cache_copies) for position in range(steps)]
         common["median_step_with_cache_copy_us"] = round(
             statistics.median(copy_times[1:]), 2
         )

@@ -35,6 +35,36 @@ BENCH = {
 }
 
 
+# the decoders other than GPT-2: transformers' config and model class names and
+# their sizes beside _SMALL
+_SMALL = dict(
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    hidden_size=32,
+    intermediate_size=64,
+)
+_DECODERS = {
+    "llama": ("LlamaConfig", "LlamaForCausalLM", {}),
+    "qwen2": ("Qwen2Config", "Qwen2ForCausalLM", {}),
+    "mistral": ("MistralConfig", "MistralForCausalLM", {"head_dim": 8}),
+    "gemma": ("GemmaConfig", "GemmaForCausalLM", {"head_dim": 8}),
+    # the benchmark's: 8 KV heads of 128, float16
+    "llama-bench": (
+        "LlamaConfig",
+        "LlamaForCausalLM",
+        dict(
+            num_attention_heads=8,
+            num_key_value_heads=8,
+            head_dim=128,
+            hidden_size=64,
+            intermediate_size=128,
+            torch_dtype=torch.float16,
+        ),
+    ),
+}
+
+
 def _model(family: str, cache_len: int) -> Any:
     import transformers
 
@@ -48,61 +78,18 @@ def _model(family: str, cache_len: int) -> Any:
             n_layer=2, n_head=4, n_embd=32, n_positions=cache_len, **common
         )
         model = transformers.GPT2LMHeadModel(config)
-    elif family == "llama":
-        config = transformers.LlamaConfig(
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            hidden_size=32,
-            intermediate_size=64,
-            max_position_embeddings=cache_len,
-            **common,
+    elif family in _DECODERS:
+        config_name, model_name, sizes = _DECODERS[family]
+        config = getattr(transformers, config_name)(
+            **{**_SMALL, **sizes}, max_position_embeddings=cache_len, **common
         )
-        model = transformers.LlamaForCausalLM(config)
-    elif family == "llama-bench":
-        config = transformers.LlamaConfig(
-            num_hidden_layers=2,
-            num_attention_heads=8,
-            num_key_value_heads=8,
-            head_dim=128,
-            hidden_size=64,
-            intermediate_size=128,
-            max_position_embeddings=cache_len,
-            torch_dtype=torch.float16,
-            **common,
-        )
-        model = transformers.LlamaForCausalLM(config)
-        with torch.no_grad():
-            for parameter in model.parameters():
-                parameter.copy_((parameter * 4).round() / 4)
-        model = model.half()
-    elif family in ("mistral", "gemma"):
-        config_class, model_class = {
-            "mistral": (transformers.MistralConfig, transformers.MistralForCausalLM),
-            "gemma": (transformers.GemmaConfig, transformers.GemmaForCausalLM),
-        }[family]
-        config = config_class(
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            hidden_size=32,
-            intermediate_size=64,
-            head_dim=8,
-            max_position_embeddings=cache_len,
-            **common,
-        )
-        model = model_class(config)
-    elif family == "qwen2":
-        config = transformers.Qwen2Config(
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            hidden_size=32,
-            intermediate_size=64,
-            max_position_embeddings=cache_len,
-            **common,
-        )
-        model = transformers.Qwen2ForCausalLM(config)
+        model = getattr(transformers, model_name)(config)
+        if family == "llama-bench":
+            # timing only: weights rounded to a few values compress (same work)
+            with torch.no_grad():
+                for parameter in model.parameters():
+                    parameter.copy_((parameter * 4).round() / 4)
+            model = model.half()
     else:
         raise ValueError(f"unknown model family {family!r}")
     model.eval()
@@ -148,3 +135,19 @@ def greedy(module: Any, steps: int) -> Dict[str, torch.Tensor]:
             token = int(out.reshape(-1).argmax())
             tokens.append(token)
     return {"tokens": torch.tensor(tokens), "logits": torch.stack(logits)}
+
+
+def standalone_engine(ep: torch.export.ExportedProgram, map_path: str) -> bytes:
+    """The decoder step's standalone engine, its alias map written to ``map_path``."""
+    import torch_tensorrt
+
+    return bytes(
+        torch_tensorrt.dynamo.convert_exported_program_to_serialized_trt_engine(
+            ep,
+            arg_inputs=(),
+            kwarg_inputs=step_inputs(FIRST_TOKEN, 0),
+            min_block_size=1,
+            lift_mutable_buffers=True,
+            alias_map_path=map_path,
+        )
+    )

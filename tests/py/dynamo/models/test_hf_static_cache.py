@@ -51,6 +51,7 @@ if HAVE_TRANSFORMERS:
         MODELS,
         export,
         greedy,
+        standalone_engine,
         step_inputs,
         wrapped,
     )
@@ -80,16 +81,7 @@ class TestOnCpu(TestCase):
         ep = export(wrapped(family, cache_len), mode)
         with tempfile.TemporaryDirectory() as tmp:
             path = os.path.join(tmp, "aliases.json")
-            engine = (
-                torch_tensorrt.dynamo.convert_exported_program_to_serialized_trt_engine(
-                    ep,
-                    arg_inputs=(),
-                    kwarg_inputs=step_inputs(FIRST_TOKEN, 0),
-                    min_block_size=1,
-                    lift_mutable_buffers=True,
-                    alias_map_path=path,
-                )
-            )
+            engine = standalone_engine(ep, path)
             with open(path) as f:
                 aliases = json.load(f)["aliases"]
         self.assertGreater(len(engine), 0)
