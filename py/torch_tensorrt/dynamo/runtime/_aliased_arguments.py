@@ -23,10 +23,10 @@ arguments bind to the graph's inputs, which inputs are written, their names) is
 computed once, when the check is made. ``compile()``'s module remembers the
 tensors of the last call it let through: a call with the same tensors, each of
 the same version and address (what a decoding loop passes), is not compared
-again. Within a call of ``compile()``'s module,
-whose forward pre-hook checked the caller's arguments, the engines do not check
-their inputs again: the partitioner gives no engine two inputs that share
-memory unless the caller's arguments do
+again; its buffers are looked up once per owning submodule. Within a call of
+``compile()``'s module, whose forward pre-hook checked the caller's arguments,
+the engines do not check their inputs again: the partitioner gives no engine
+two inputs that share memory unless the caller's arguments do
 (:mod:`~torch_tensorrt.dynamo.partitioning._in_place_engine_inputs`).
 """
 
@@ -373,7 +373,15 @@ class InPlaceArgumentsCheck:
         self._binder = binder
         written_positions = set(self.written)
         self._is_written = [i in written_positions for i in range(len(self.names))]
-        self._buffer_paths = [tuple(name.split(".")) for name in self.buffers]
+        # each buffer as (its owner's index in _owner_paths, its name there):
+        # a call resolves each owning submodule once, however many buffers it has
+        self._owner_paths: List[Tuple[str, ...]] = []
+        self._buffer_slots: List[Tuple[int, str]] = []
+        for name in self.buffers:
+            *owner, leaf = name.split(".")
+            if tuple(owner) not in self._owner_paths:
+                self._owner_paths.append(tuple(owner))
+            self._buffer_slots.append((self._owner_paths.index(tuple(owner)), leaf))
         self._passed: Optional[Tuple[Any, ...]] = None
         self._passed_tensors: List[Any] = []
 
@@ -397,17 +405,28 @@ class InPlaceArgumentsCheck:
         names = [str(n.target) for n in module.graph.nodes if n.op == "placeholder"]
         return cls(names, written, buffers, _ArgumentBinder(module))
 
-    def _buffer(self, module: torch.nn.Module, path: Tuple[str, ...]) -> Any:
-        owner: Any = module
-        for part in path[:-1]:
-            owner = owner._modules.get(part) or getattr(owner, part, None)
-        state = owner._buffers.get(path[-1]) if owner is not None else None
-        return state if state is not None else getattr(owner, path[-1], None)
+    def _current_buffers(self, module: torch.nn.Module) -> List[Any]:
+        """The value each written buffer has in ``module`` now (``None`` if gone)."""
+        owners: List[Any] = []
+        for path in self._owner_paths:
+            owner: Any = module
+            for part in path:
+                owner = owner._modules.get(part) or getattr(owner, part, None)
+            owners.append(owner)
+        states: List[Any] = []
+        for index, name in self._buffer_slots:
+            owner = owners[index]
+            state = owner._buffers.get(name) if owner is not None else None
+            states.append(state if state is not None else getattr(owner, name, None))
+        return states
 
     def check(self, module: torch.nn.Module, values: Sequence[Any]) -> None:
         """Refuse ``values`` (one per placeholder) if one overlaps a written input."""
         if len(values) != len(self.names) or torch.compiler.is_compiling():
             return  # forward raises its own error; a traced call has no memory
+        states = self._current_buffers(module) if self._buffer_slots else []
+        if self._passed is not None and self._same_as_passed(values, states):
+            return
         tensors: List[Any] = list(values)
         is_written = self._is_written
         positions: Optional[List[int]] = None  # of the tensors compared: all
@@ -421,38 +440,68 @@ class InPlaceArgumentsCheck:
             tensors = [values[i] for i in positions]
             is_written = [self._is_written[i] for i in positions]
         buffers = []
-        if self._buffer_paths:
+        if states:
             is_written = list(is_written)
-            for b, path in enumerate(self._buffer_paths):
-                state = self._buffer(module, path)
+            for b, state in enumerate(states):
                 if isinstance(state, torch.Tensor) and not _is_fake(state):
                     tensors.append(state)
                     is_written.append(True)
                     buffers.append(b)
-        # The tensors of the last call that passed, with their versions and
-        # addresses: a tensor that changed its sizes, strides or storage in
-        # place (set_, resize_, as_strided_, transpose_...) has a new version,
-        # one given other memory (``.data =``) a new address. The references
-        # keep each id that tensor's (as the engines keep their last inputs).
-        seen: Optional[Tuple[Any, ...]]
-        try:
-            seen = (
-                tuple(map(id, tensors)),
-                tuple(map(_VERSION, tensors)),
-                tuple(map(_DATA_PTR, tensors)),
-                None if positions is None else tuple(positions),
-                tuple(buffers),
-            )
-        except RuntimeError:  # an inference tensor has no version: checked
-            seen = None
-        if seen is not None and seen == self._passed:
-            return
         pair = _overlapping_pair(tensors, is_written)
         if pair is not None:
             labels = [("input", i) for i in positions or range(len(values))]
             labels += [("buffer", b) for b in buffers]
             _refuse("The compiled module", pair, lambda k: self._label(labels[k]))
-        self._passed, self._passed_tensors = seen, tensors
+        others = (
+            ()
+            if positions is None
+            else tuple(sorted(set(range(len(values))) - set(positions)))
+        )
+        try:
+            self._passed = (
+                None if positions is None else tuple(positions),
+                others,
+                tuple(states),
+                tuple(map(_VERSION, tensors)),
+                tuple(map(_DATA_PTR, tensors)),
+            )
+            self._passed_tensors = tensors
+        except RuntimeError:  # an inference tensor has no version: checked
+            self._passed, self._passed_tensors = None, []
+
+    def _same_as_passed(self, values: Sequence[Any], states: Sequence[Any]) -> bool:
+        """Whether the call's tensors are the last passed call's, unchanged.
+
+        The same objects in the same places (arguments that were not tensors
+        still not tensors), each of the same version and address: a tensor that
+        changed its sizes, strides or storage in place (``set_``, ``resize_``,
+        ``as_strided_``, ``transpose_``...) has a new version, one given other
+        memory (``.data =``) a new address. The references held keep each id
+        that object's. Not seen: ``.data =`` giving a tensor other strides at
+        the same address, which changes neither.
+        """
+        assert self._passed is not None
+        positions, others, passed_states, versions, addresses = self._passed
+        passed = self._passed_tensors
+        if positions is None:
+            arguments: Sequence[Any] = values
+        else:
+            arguments = [values[i] for i in positions]
+            if any(isinstance(values[i], torch.Tensor) for i in others):
+                return False
+        # (map stops at the shorter: the arguments are the first tensors passed)
+        if not (
+            all(map(operator.is_, arguments, passed))
+            and all(map(operator.is_, states, passed_states))
+        ):
+            return False
+        try:
+            return (
+                tuple(map(_VERSION, passed)) == versions
+                and tuple(map(_DATA_PTR, passed)) == addresses
+            )
+        except RuntimeError:  # an inference tensor has no version: checked
+            return False
 
     def _label(self, label: Tuple[str, int]) -> str:
         kind, index = label

@@ -79,6 +79,60 @@ class TestOneComparisonForTheSameTensors(TestCase):
                 check.check(module, values)
         self.assertEqual(compared.call_count, 3)
 
+    def test_numbers_that_change_keep_the_call_the_same(self):
+        # a decoding loop's position given as a Python number: a new object
+        # on each call, not memory, so not a reason to compare again
+        check, module = _check(2), torch.nn.Module()
+        values = [None, torch.zeros(3), torch.zeros(4), torch.zeros(4)]
+        with self._counted() as compared:
+            for step in range(1000, 1004):
+                check.check(module, [step] + values[1:])
+        self.assertEqual(compared.call_count, 1)
+
+    def test_a_number_that_becomes_a_tensor_is_compared(self):
+        check, module = _check(2), torch.nn.Module()
+        u, a, b = torch.zeros(3), torch.zeros(4), torch.zeros(4)
+        check.check(module, [3, u, a, b])
+        with self.assertRaisesRegex(RuntimeError, "'state_0'.*'pos'"):
+            check.check(module, [a[1:], u, a, b])
+
+    def _with_buffers(self, n):
+        root = torch.nn.Module()
+        for i in range(n):
+            layer = torch.nn.Module()
+            layer.register_buffer("k", torch.zeros(4))
+            layer.register_buffer("v", torch.zeros(4))
+            root.add_module(f"layer_{i}", layer)
+        names = [f"layer_{i}.{kv}" for i in range(n) for kv in "kv"]
+        return root, InPlaceArgumentsCheck(["pos", "u"], [], names)
+
+    def test_the_same_buffers_are_compared_once(self):
+        root, check = self._with_buffers(4)
+        values = [torch.tensor([1]), torch.zeros(3)]
+        with self._counted() as compared:
+            for _ in range(4):
+                check.check(root, values)
+        self.assertEqual(compared.call_count, 1)
+
+    def test_a_buffer_replaced_between_calls_is_compared_again(self):
+        root, check = self._with_buffers(2)
+        u = torch.zeros(3)
+        check.check(root, [torch.tensor([1]), u])
+        root.layer_1.v = u  # the buffer now is the argument u
+        with self.assertRaisesRegex(RuntimeError, "'layer_1.v'.*'u'"):
+            check.check(root, [torch.tensor([1]), u])
+
+    def test_a_submodule_replaced_between_calls_is_compared_again(self):
+        root, check = self._with_buffers(2)
+        u = torch.zeros(3)
+        check.check(root, [torch.tensor([1]), u])
+        layer = torch.nn.Module()
+        layer.register_buffer("k", u[1:])
+        layer.register_buffer("v", torch.zeros(4))
+        root.layer_0 = layer
+        with self.assertRaisesRegex(RuntimeError, "'layer_0.k'.*'u'"):
+            check.check(root, [torch.tensor([1]), u])
+
     def test_copies_and_pickles_do_not_carry_the_last_call(self):
         check, module = _check(1), torch.nn.Module()
         check.check(module, [torch.tensor([1]), torch.zeros(3), torch.zeros(4)])
