@@ -2,6 +2,7 @@
 
     python tools/bench/state_check_overhead.py --out state_check_overhead.json \\
         [--states 0 1 16 64 256] [--calls 200] [--unpatched-python PATH]
+        [--as-buffers]
 
 Two parts, both written to the JSON file ``--out`` names:
 
@@ -10,7 +11,8 @@ Two parts, both written to the JSON file ``--out`` names:
   arguments to the graph's inputs, then refusing overlaps), and the engines'
   own check (``check_engine_inputs_distinct``), for N written states of 1 MiB
   each (float32 ``[1, 8, 256, 128]``) next to a position and an update; median
-  microseconds per call over ``--calls`` calls.
+  microseconds per call over ``--calls`` calls. The pre-hook is also timed with
+  the N states as buffers of the module, two per submodule (a KV cache's form).
 - **module** (needs a CUDA device; skipped with its reason otherwise):
   ``torch_tensorrt.dynamo.compile`` of the exported model below with
   ``min_block_size=1``, median wall microseconds per call with the device
@@ -28,7 +30,8 @@ Two parts, both written to the JSON file ``--out`` names:
   where the host's time goes at ``--profile-states`` N (cProfile).
 
 The model writes each state at a position given at run time, as a KV cache
-step does (the states are inputs; with N = 0 it computes ``u * 2 + 1`` only)::
+step does (the states are inputs; with N = 0 it computes ``u * 2 + 1`` only;
+with ``--as-buffers`` the states are the model's buffers, ``WritesBuffers``)::
 
     def forward(self, pos, u, *states):
         for state in states:
@@ -60,6 +63,24 @@ class WritesStates(torch.nn.Module):
         return u * 2 + 1
 
 
+class WritesBuffers(torch.nn.Module):
+    """The same writes on N buffers, two per layer (a KV cache's usual form)."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__()
+        for i in range(n):
+            layer = self._modules.get(f"layer_{i // 2}")
+            if layer is None:
+                layer = torch.nn.Module()
+                self.add_module(f"layer_{i // 2}", layer)
+            layer.register_buffer("kv"[i % 2], torch.zeros(STATE_SHAPE))
+
+    def forward(self, pos: torch.Tensor, u: torch.Tensor):
+        for state in self.buffers():
+            state.index_copy_(2, pos, u)
+        return u * 2 + 1
+
+
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", required=True, metavar="PATH", help="JSON results")
@@ -84,6 +105,11 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--profile-states", type=int, default=64, metavar="N", help="profiled at N"
+    )
+    parser.add_argument(
+        "--as-buffers",
+        action="store_true",
+        help="the module part's states are the model's buffers (WritesBuffers)",
     )
     return parser.parse_args(argv)
 
@@ -168,6 +194,24 @@ def _graph_module(n: int) -> torch.fx.GraphModule:
     return torch.fx.GraphModule(torch.nn.Module(), graph)
 
 
+def _buffer_module(n: int) -> torch.fx.GraphModule:
+    """A graph module whose N states are buffers, two per layer (as a KV cache)."""
+    root = torch.nn.Module()
+    for i in range(n):
+        layer = root._modules.get(f"layer_{i // 2}")
+        if layer is None:
+            layer = torch.nn.Module()
+            root.add_module(f"layer_{i // 2}", layer)
+        layer.register_buffer("kv"[i % 2], torch.zeros(STATE_SHAPE))
+    graph = torch.fx.Graph()
+    graph.placeholder("pos")
+    u = graph.placeholder("u")
+    for i in range(n):
+        graph.get_attr(f"layer_{i // 2}.{'kv'[i % 2]}")
+    graph.output(u)
+    return torch.fx.GraphModule(root, graph)
+
+
 def check_part(states: Sequence[int], calls: int) -> Dict[str, Any]:
     """Median microseconds per call of the check alone, on the CPU."""
     from torch_tensorrt.dynamo.runtime._aliased_arguments import (
@@ -175,7 +219,7 @@ def check_part(states: Sequence[int], calls: int) -> Dict[str, Any]:
         check_engine_inputs_distinct,
     )
 
-    pre_hook, engine = {}, {}
+    pre_hook, engine, buffers = {}, {}, {}
     for n in states:
         args = _arguments(n, "cpu")
         names = ["pos", "u"] + [f"state_{i}" for i in range(n)]
@@ -191,14 +235,28 @@ def check_part(states: Sequence[int], calls: int) -> Dict[str, Any]:
             "e", args, names, written
         )
         engine[str(n)] = round(median_us(engine_check, calls), 2)
+        # the same states as buffers of the module (a KV cache's usual form)
+        with_buffers = _buffer_module(n)
+        buffer_check = InPlaceArgumentsCheck(
+            ["pos", "u"],
+            [],
+            [f"layer_{i // 2}.{'kv'[i % 2]}" for i in range(n)],
+        )
+        buffer_hook = lambda: (  # noqa: E731
+            buffer_check(with_buffers, tuple(args[:2]), {}),
+            buffer_check.done(with_buffers),
+        )
+        buffers[str(n)] = round(median_us(buffer_hook, calls), 2)
         print(
             f"check, {n:4d} written states: pre-hook {pre_hook[str(n)]:9.2f} us, "
-            f"engine {engine[str(n)]:9.2f} us per call"
+            f"engine {engine[str(n)]:9.2f} us, pre-hook with the states as "
+            f"buffers {buffers[str(n)]:9.2f} us per call"
         )
     return {
         "what": "median us per call, CPU tensors, 1 MiB float32 states",
         "pre_hook_us": pre_hook,
         "engine_check_us": engine,
+        "pre_hook_buffers_us": buffers,
     }
 
 
@@ -236,10 +294,14 @@ def _time_module(
     result: Dict[str, Any],
     profile_path: Optional[str] = None,
     profile_states: int = -1,
+    as_buffers: bool = False,
 ) -> None:
     """Times eager and compile()'s module (and without the check) at ``n`` states."""
     import torch_tensorrt
 
+    if as_buffers:
+        _time_module_of_buffers(n, calls, with_check_off, result, profile_path)
+        return
     args = _arguments(n, "cuda")
     eager, eager_args = WritesStates(), [a.clone() for a in args]
     result["eager_us"][str(n)] = round(
@@ -258,6 +320,58 @@ def _time_module(
     result.setdefault("matches_eager", {})[str(n)] = all(
         torch.equal(c, e) for c, e in zip(compiled_args, eager_args_once)
     )
+    _time_calls(n, calls, with_check_off, result, trt, args, eager, eager_args)
+    if profile_path and n == profile_states:
+        _profile(lambda: trt(*args), calls, profile_path, n)
+
+
+def _states_of(module: torch.nn.Module) -> List[torch.Tensor]:
+    return [b for _, b in sorted(module.named_buffers()) if b.shape == STATE_SHAPE]
+
+
+def _time_module_of_buffers(
+    n: int,
+    calls: int,
+    with_check_off: bool,
+    result: Dict[str, Any],
+    profile_path: Optional[str],
+) -> None:
+    """``_time_module`` of ``WritesBuffers``: the states are the model's buffers."""
+    import torch_tensorrt
+
+    args = _arguments(0, "cuda")
+    eager = WritesBuffers(n).cuda().eval()
+    result["eager_us"][str(n)] = round(
+        median_us(lambda: eager(*args), calls, sync=True), 2
+    )
+    ep = torch.export.export(WritesBuffers(n).cuda().eval(), tuple(args))
+    trt = torch_tensorrt.dynamo.compile(ep, arg_inputs=list(args), min_block_size=1)
+    # one call from zeros against eager first: the buffers written as PyTorch
+    # writes them
+    reference = WritesBuffers(n).cuda().eval()
+    for state in _states_of(trt):
+        state.zero_()
+    trt(*args)
+    reference(*args)
+    compiled_states, eager_states = _states_of(trt), _states_of(reference)
+    result.setdefault("matches_eager", {})[str(n)] = len(compiled_states) == n and all(
+        torch.equal(c, e) for c, e in zip(compiled_states, eager_states)
+    )
+    _time_calls(n, calls, with_check_off, result, trt, args, eager, args)
+    if profile_path and n == 64:
+        _profile(lambda: trt(*args), calls, profile_path, n)
+
+
+def _time_calls(
+    n: int,
+    calls: int,
+    with_check_off: bool,
+    result: Dict[str, Any],
+    trt: torch.nn.Module,
+    args: Sequence[torch.Tensor],
+    eager: torch.nn.Module,
+    eager_args: Sequence[torch.Tensor],
+) -> None:
     # the module with and without the check timed in alternating blocks, so
     # that a drift of the machine's speed reaches both alike
     samples: Dict[str, List[float]] = {"on": [], "off": []}
@@ -282,8 +396,6 @@ def _time_module(
     result.setdefault("eager_host_us", {})[str(n)] = round(
         host_us(lambda: eager(*eager_args), calls), 2
     )
-    if profile_path and n == profile_states:
-        _profile(lambda: trt(*args), calls, profile_path, n)
     print(
         f"module, {n:4d} written states: eager {result['eager_us'][str(n)]:9.2f} "
         f"us, module {result['module_us'][str(n)]:9.2f} us per call"
@@ -296,6 +408,7 @@ def module_part(
     with_check_off: bool,
     profile_path: Optional[str] = None,
     profile_states: int = 64,
+    as_buffers: bool = False,
 ) -> Dict[str, Any]:
     """Median microseconds per synchronized call of compile()'s module and eager."""
     import torch_tensorrt
@@ -309,7 +422,15 @@ def module_part(
         result["module_check_off_us"] = {}
     for n in states:
         try:
-            _time_module(n, calls, with_check_off, result, profile_path, profile_states)
+            _time_module(
+                n,
+                calls,
+                with_check_off,
+                result,
+                profile_path,
+                profile_states,
+                as_buffers,
+            )
         except Exception as e:  # recorded: the other sizes still run
             result.setdefault("errors", {})[str(n)] = f"{type(e).__name__}: {e}"
             print(f"module, {n:4d} written states: {type(e).__name__}: {e}")
@@ -352,6 +473,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         "calls": args.calls,
         "states": list(args.states),
         "state_bytes": 4 * STATE_SHAPE[0] * STATE_SHAPE[1] * STATE_SHAPE[2] * 128,
+        "states_are": "buffers" if args.as_buffers else "inputs",
     }
     if not args.module_only:
         result["check"] = check_part(args.states, args.calls)
@@ -367,6 +489,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
             not args.module_only,
             args.profile,
             args.profile_states,
+            args.as_buffers,
         )
         if args.unpatched_python:
             result["unpatched_module"] = unpatched_part(

@@ -496,7 +496,7 @@ class InPlaceArgumentsCheck:
         ):
             return False
         try:
-            return (
+            return bool(
                 tuple(map(_VERSION, passed)) == versions
                 and tuple(map(_DATA_PTR, passed)) == addresses
             )
