@@ -55,7 +55,9 @@ def test_one_commit_per_patch_with_its_files_one_branch_per_piece(materialized):
                 git(dest, "log", "-1", "--format=%s", commit).strip() == patch.subject
             )
             touched = git(dest, "show", "--name-only", "--format=", commit).split()
-            assert touched == sorted(patch.touched_files() + patch.adds), patch.name
+            assert touched == sorted(
+                set(patch.touched_files() + patch.adds)
+            ), patch.name
         previous = branch
     assert git(dest, "status", "--porcelain") == ""
     assert git(dest, "rev-parse", "--abbrev-ref", "HEAD").strip() == branches[-1]
@@ -86,8 +88,8 @@ def work(materialized, tmp_path):
 def test_a_new_commit_is_a_new_patch_bringing_its_new_files(
     work, tmp_path, monkeypatch
 ):
-    """Named from its subject, with no identity in the mail; its new module and test
-    in its Adds."""
+    """Named from its subject, from the patch set (not the committer); its new
+    module and test carried in the mail and named in its Adds."""
     monkeypatch.setenv("GIT_AUTHOR_NAME", "Grace Hopper")
     monkeypatch.setenv("GIT_AUTHOR_EMAIL", "grace@example.org")
     enums = work / "py/torch_tensorrt/_enums.py"
@@ -106,26 +108,31 @@ def test_a_new_commit_is_a_new_patch_bringing_its_new_files(
     number = len(os.listdir(series.PATCH_DIR)) - 1  # every patch and the series file
     assert last.name == f"{number + 1:04d}-a-demo-change.patch"
     assert pieces[-1].patches[-1].name == last.name
-    assert "from" not in last.headers, "the committer's identity went into the mail"
+    assert last.headers["from"] == tree.MAIL_FROM, "the committer went into the mail"
+    assert "Grace" not in last.text
     assert last.subject == "fix(enums): a demo change"
     assert last.adds == [
         "py/torch_tensorrt/dynamo/_demo_module.py",
         "tests/py/dynamo/test_demo_module.py",
     ]
-    assert last.touched_files() == ["py/torch_tensorrt/_enums.py"]
+    assert last.touched_files() == [
+        "py/torch_tensorrt/_enums.py",
+        "py/torch_tensorrt/dynamo/_demo_module.py",
+        "tests/py/dynamo/test_demo_module.py",
+    ]
+    assert last.created_files() == last.adds
     assert "Patch-Name" not in last.text and "\nDate: " not in last.text
     assert (out / "py/torch_tensorrt/dynamo/_demo_module.py").read_text() == "X = 1\n"
 
 
 PLAIN_GIT_AM = """\
-ident=$(git var GIT_AUTHOR_IDENT | sed 's/> .*/>/')    # you author the commits
-grep '\\.patch$' patches/series | while read -r p; do sed "1a From: $ident" "patches/$p"; done |
-    git -C ../sources am
+grep '\\.patch$' patches/series | sed 's|^|patches/|' | xargs cat | git -C ../sources am
 """
 
 
 def test_contributing_s_plain_git_am_applies_the_series_to_the_2_14_0_sources(tmp_path):
-    """No tool of ours: CONTRIBUTING's command, onto a repository of the base sources."""
+    """No tool of ours: CONTRIBUTING's command, onto a repository of the base sources,
+    gives every new module and test, each in the commit of its patch."""
     with open(os.path.join(series.REPO_ROOT, "CONTRIBUTING.md"), encoding="utf-8") as f:
         assert PLAIN_GIT_AM in f.read()
     base = tmp_path / "sources"
@@ -137,7 +144,17 @@ def test_contributing_s_plain_git_am_applies_the_series_to_the_2_14_0_sources(tm
     subprocess.run(["bash", "-ec", command], cwd=series.REPO_ROOT, check=True)
     patches = series.all_patches(series.read_series())
     log = git(base, "log", "--reverse", "--format=%s|%an", f"HEAD~{len(patches)}..")
-    assert log.splitlines() == [f"{p.subject}|{CALLER[0]}" for p in patches]
+    author = tree.MAIL_FROM.split(" <")[0]
+    assert log.splitlines() == [f"{p.subject}|{author}" for p in patches]
+    revs = git(base, "rev-list", "--reverse", f"HEAD~{len(patches)}..").split()
+    for rev, patch in zip(revs, patches):
+        added = git(base, "show", "--diff-filter=A", "--name-only", "--format=", rev)
+        assert sorted(added.split()) == sorted(
+            f for f in patch.adds if not f.startswith(series.LOCAL_ONLY)
+        ), patch.name
+    for rel in series.new_files():
+        if rel.startswith(("py/", "tests/py/")):
+            assert filecmp.cmp(os.path.join(series.REPO_ROOT, rel), base / rel), rel
 
 
 def test_refresh_refuses_dirty_trees_and_stray_heads(work, tmp_path):

@@ -1,6 +1,8 @@
 """The series: ``patches/series`` (the stack of upstream PRs, each a ``[piece-id]
 Title`` line, ``decide:`` lines, its patches and new files) and the patch mails,
-whose DEP-3 fields (``Adds``: the new files of its commit) end the body."""
+whose DEP-3 fields (``Adds``: the new files of its commit) end the body. A mail
+carries its new files as ordinary additions (all but this repository's own
+tests, ``LOCAL_ONLY``), so plain ``git am`` of the series gives the whole tree."""
 
 import os
 import re
@@ -100,6 +102,10 @@ class Patch:
 
     def touched_files(self) -> List[str]:
         return re.findall(r"^diff --git a/(\S+) b/\S+$", self.diff, re.M)
+
+    def created_files(self) -> List[str]:
+        """The files the mail's diff creates (the new files it carries)."""
+        return re.findall(r"^diff --git a/(\S+) b/\S+\nnew file mode ", self.diff, re.M)
 
 
 @dataclass(frozen=True)
@@ -244,22 +250,33 @@ def header_problems(patch: Patch) -> List[str]:
     ]
     if not any(k == "Bug" or k.startswith("Bug-") for k, v in patch.fields if v):
         problems.append(f"{patch.name}: lacks 'Bug:' (the upstream issue or PR)")
+    created = patch.created_files()
     for path in patch.touched_files():
-        if not path.startswith(PACKAGE_PREFIX):
+        new_root = path.startswith(tuple(r + "/" for r in NEW_FILE_ROOTS))
+        if path in created and (not new_root or path.startswith(LOCAL_ONLY)):
+            problems.append(
+                f"{patch.name}: creates {path}, which is not a new module, test, "
+                "doc page or example of the upstream tree"
+            )
+        elif path not in created and not path.startswith(PACKAGE_PREFIX):
             problems.append(f"{patch.name}: touches {path}, outside {PACKAGE_PREFIX}")
-        elif path.startswith(PACKAGE_PREFIX + "fx/"):
+        if path.startswith(PACKAGE_PREFIX + "fx/"):
             problems.append(f"{patch.name}: touches {path}; the RTX wheel has no fx/")
-    if re.search(r"^new file mode", patch.diff, re.M):
-        problems.append(
-            f"{patch.name}: creates a file; new files live in this repository and "
-            "are named in the patch's Adds field"
-        )
+    for path in created:
+        if path not in patch.adds:
+            problems.append(
+                f"{patch.name}: creates {path} without naming it in its Adds field"
+            )
     return problems
 
 
-def apply_patch(patch: Patch, tree: str, strip: int) -> None:
-    """Apply one patch to ``tree`` completely, or raise with git's reasons."""
-    argv = ["git", "apply", "--whitespace=nowarn", f"-p{strip}", patch.path]
+def apply_patch(
+    patch: Patch, tree: str, strip: int, include: Sequence[str] = ()
+) -> None:
+    """Apply one patch to ``tree`` completely (only the paths ``include`` matches,
+    after ``strip``, when given), or raise with git's reasons."""
+    argv = ["git", "apply", "--whitespace=nowarn", f"-p{strip}"]
+    argv += [f"--include={pattern}" for pattern in include] + [patch.path]
     env = {**os.environ, "GIT_DIR": os.devnull}
     result = subprocess.run(argv, cwd=tree, capture_output=True, text=True, env=env)
     if result.returncode != 0:
@@ -270,7 +287,10 @@ def apply_patch(patch: Patch, tree: str, strip: int) -> None:
         )
 
 
-def apply_series(tree: str, strip: int, patches: Sequence[Patch]) -> None:
-    """Apply ``patches`` in order; ``strip`` is 1 for upstream layout, 2 for a wheel."""
+def apply_series(
+    tree: str, strip: int, patches: Sequence[Patch], include: Sequence[str] = ()
+) -> None:
+    """Apply ``patches`` in order; ``strip`` is 1 for upstream layout, 2 for a wheel
+    (with ``include=("torch_tensorrt/*",)``: the package, not the tests)."""
     for patch in patches:
-        apply_patch(patch, tree, strip)
+        apply_patch(patch, tree, strip, include)

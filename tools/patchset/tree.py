@@ -1,6 +1,7 @@
-"""Patched source trees: ``materialize`` (``git am`` of each patch with its ``Adds``,
-a branch per piece) and back, ``refresh`` (``git format-patch``, a ``Patch-Name``
-line naming each patch; a commit of new files only gives them to its piece)."""
+"""Patched source trees: ``materialize`` (``git am`` of each patch, which carries its
+new files, a branch per piece) and back, ``refresh`` (``git format-patch``, a
+``Patch-Name`` line naming each patch; a commit of new files only gives them to its
+piece)."""
 
 import filecmp
 import glob
@@ -15,6 +16,9 @@ from .wheelbuild import run_wheel_cli
 
 BASE_TAG = "patchset-base"
 PATCH_NAME = "Patch-Name"
+# The author line of every mail, so that plain ``git am`` applies them; the tools
+# author the commits they make with the git identity of whoever runs them.
+MAIL_FROM = "Torch-TensorRT in-place state patch set <inplace-state-patches@invalid>"
 
 
 def base_sources(dest: str, flavour: str = "standard") -> List[str]:
@@ -54,9 +58,15 @@ def patched_tree(
     """Base sources of ``flavour`` + series + new modules (and tests), at ``dest``."""
     pieces = series.read_series()
     base_sources(dest, flavour)
-    series.apply_series(dest, 1, series.all_patches(pieces))
-    files = [f for piece in pieces for f in piece.new_files]
+    patches = series.all_patches(pieces)
+    series.apply_series(dest, 1, patches)
+    carried = {f for patch in patches for f in patch.created_files()}
+    files = [f for piece in pieces for f in piece.new_files if f not in carried]
     copy_files(dest, [f for f in files if with_tests or f.startswith("py/")])
+    if not with_tests:
+        for f in carried:
+            if not f.startswith("py/"):
+                os.unlink(os.path.join(dest, f))
 
 
 def identity(repo: str) -> str:
@@ -74,11 +84,16 @@ def am(
     message: Optional[str],
     root: str = REPO_ROOT,
 ) -> List[str]:
-    """``git am`` a patch, authored by :func:`identity` (the mails name nobody), and
-    amend it with ``files`` and ``message`` (``+...``: appended to the mail's); return
-    git's reasons if it does not apply (nothing committed)."""
+    """``git am`` a patch, authored by :func:`identity` (not the mail's ``From``),
+    and amend it with those of ``files`` the mail does not carry and ``message``
+    (``+...``: appended to the mail's); return git's reasons if it does not apply
+    (nothing committed)."""
     first, _, rest = patch.text.partition("\n")
-    mail = f"{first}\nFrom: {identity(work)}\n{rest}"
+    head, _, body = rest.partition("\n\n")
+    head = re.sub(r"^From: .*\n(?:[ \t].*\n)*", "", head + "\n", flags=re.M)
+    mail = f"{first}\nFrom: {identity(work)}\n{head.rstrip()}\n\n{body}"
+    carried = set(patch.created_files())
+    files = [f for f in files if f not in carried]
     result = run_git(work, ["am", "-q", "--whitespace=nowarn"], mail)
     if result.returncode != 0:
         run_git(work, ["am", "--abort"])
@@ -134,11 +149,14 @@ def materialize(dest: str, flavour: str = "standard") -> int:
 
 
 def _mail(tree: str, commit: str, paths: Sequence[str], adds: Sequence[str]) -> str:
-    """``git format-patch`` of a commit without author, date and ``Patch-Name``, with ``Adds``."""
+    """``git format-patch`` of a commit (``paths``: its changes the mail carries),
+    from :data:`MAIL_FROM`, without date and ``Patch-Name``, with ``Adds``."""
     args = ["format-patch", "-1", "--stdout", "--zero-commit", "--no-numbered"]
     args += ["--no-stat", "--no-signature", "--no-renames", commit, "--", *paths]
     head, _, rest = git(tree, args).partition("\n\n")
     head = re.sub(r"^(?:From|Date): .*\n(?:[ \t].*\n)*", "", head + "\n", flags=re.M)
+    first, _, head = head.partition("\n")
+    head = f"{first}\nFrom: {MAIL_FROM}\n{head}"
     body, diff = re.split(r"^(?=diff --git )", rest, maxsplit=1, flags=re.M)
     body = re.sub(rf"^(?:{PATCH_NAME}|Adds):.*\n(?:[ \t].*\n)*", "", body, flags=re.M)
     body = body.rstrip("\n") + ("\nAdds: " + "\n ".join(adds) if adds else "")
@@ -236,7 +254,7 @@ def refresh(tree: str, out_root: str = REPO_ROOT) -> Tuple[int, int]:
         revs = git(tree, ["rev-list", "--reverse", f"{previous}..{branch}"]).split()
         for commit in revs:
             changes = git(tree, [*diff_tree, f"{commit}^", commit])
-            upstream = []
+            upstream, grown, added = [], [], []
             for status, path in (line.split("\t", 1) for line in changes.splitlines()):
                 if path in base_files and status[0] != "M":
                     raise PatchsetError(
@@ -246,9 +264,13 @@ def refresh(tree: str, out_root: str = REPO_ROOT) -> Tuple[int, int]:
                     upstream.append(path)
                 elif status[0] == "A":
                     owner[path] = (k, commit)
-            if upstream:
+                    added.append(path)
+                else:  # a new file a later commit changes: that commit's mail
+                    grown.append(path)
+            if upstream or grown:
                 name = _patch_name(tree, commit, taken, used)
-                patches.append((k, commit, name, upstream))
+                carried = [f for f in added if not f.startswith(series.LOCAL_ONLY)]
+                patches.append((k, commit, name, upstream + grown + carried))
         previous = branch
     if git(tree, ["rev-parse", "HEAD"]) != git(tree, ["rev-parse", branches[-1]]):
         raise PatchsetError(
@@ -258,9 +280,9 @@ def refresh(tree: str, out_root: str = REPO_ROOT) -> Tuple[int, int]:
     mails: Dict[str, str] = {}
     sections = []
     for k, (piece_id, title, decisions, _) in enumerate(pieces):
-        for _, commit, name, upstream in (p for p in patches if p[0] == k):
+        for _, commit, name, paths in (p for p in patches if p[0] == k):
             adds = [f for f in final if owner.get(f) == (k, commit)]
-            mails[name] = _mail(tree, commit, upstream, adds)
+            mails[name] = _mail(tree, commit, paths, adds)
         brought = {p[1]: p[2] for p in patches if p[0] == k}
         entries = list(brought.values())
         entries += [f for f in final if owner[f][0] == k and owner[f][1] not in brought]

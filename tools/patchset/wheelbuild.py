@@ -103,8 +103,12 @@ def build_patched_wheel(
     try:
         run_wheel_cli(["unpack", "--dest", work, base_wheel], work)
         (tree,) = glob.glob(os.path.join(work, f"*-{BASE_VERSION}"))
-        series.apply_series(tree, strip=2, patches=patches)  # wheel: no ``py/``
-        apply_overlay(tree, modules)
+        # wheel layout: no ``py/``; the mails' new modules come with them, not
+        # their tests
+        series.apply_series(tree, 2, patches, include=("torch_tensorrt/*",))
+        carried = {f[len("py/") :] for p in patches for f in p.created_files()}
+        rest = overlay_files() if modules is None else modules
+        apply_overlay(tree, [m for m in rest if m not in carried])
         (dist_info,) = glob.glob(os.path.join(tree, "*.dist-info"))
         metadata = os.path.join(dist_info, "METADATA")
         with open(metadata, encoding="utf-8") as f:
