@@ -1,4 +1,5 @@
-"""Upstream runs ``black --check`` on every PR: patched files, new modules and our tests pass it."""
+"""Upstream runs ``black --check`` and isort on every PR: patched files, new modules and our
+tests pass them."""
 
 import os
 import subprocess
@@ -34,6 +35,40 @@ def test_patched_files_new_modules_and_tests_are_black_clean(patched):
         text=True,
     )
     assert result.returncode == 0, result.stderr
+
+
+# upstream's pyproject.toml [tool.isort], run where upstream runs it: the
+# repository root, whose packaging/ folder makes ``packaging`` first-party
+ISORT_SETTINGS = '[tool.isort]\nprofile = "black"\npy_version = 311\n'
+
+
+def _isort_unclean(root, files):
+    (root / "pyproject.toml").write_text(ISORT_SETTINGS)
+    (root / "packaging").mkdir(exist_ok=True)
+    result = subprocess.run(
+        [sys.executable, "-m", "isort", "--check-only", "--quiet", *files],
+        cwd=root,
+        capture_output=True,
+        text=True,
+    )
+    return {
+        os.path.relpath(line.split()[1], root)
+        for line in (result.stdout + result.stderr).splitlines()
+        if line.startswith("ERROR: ")
+    }
+
+
+def test_patched_files_new_modules_and_tests_are_isort_clean(patched, tmp_path):
+    """isort (upstream's pre-commit) passes on every patched file it passes on in
+    the 2.14.0 sources, and on every new module and test."""
+    pieces = series.read_series()
+    touched = {f for p in series.all_patches(pieces) for f in p.touched_files()}
+    files = sorted(f for f in touched if f.endswith(".py"))
+    base = tmp_path / "base"
+    tree.base_sources(str(base), "standard")
+    already = _isort_unclean(base, [f for f in files if (base / f).exists()])
+    unclean = _isort_unclean(patched, files) - already
+    assert unclean == set(), f"isort would reorder imports in {sorted(unclean)}"
 
 
 def test_tools_are_black_clean():

@@ -273,7 +273,7 @@ def _engine(
 ) -> Tuple[bytes, List[Dict[str, Any]]]:
     """The serialized engine of ``module`` and its alias map entries."""
     import torch_tensorrt
-    from torch_tensorrt.dynamo.lowering._mutation_write_backs import read_alias_map
+    from torch_tensorrt.dynamo import read_alias_map
 
     ep = torch.export.export(module, tuple(args))
     with tempfile.TemporaryDirectory() as tmp:

@@ -448,7 +448,7 @@ MODULES = {
 def build_engine(way: str, args: Sequence[torch.Tensor]) -> Tuple[bytes, List[Any]]:
     """The serialized engine of ``way`` and its alias map's entries."""
     import torch_tensorrt
-    from torch_tensorrt.dynamo.lowering._mutation_write_backs import read_alias_map
+    from torch_tensorrt.dynamo import read_alias_map
 
     module, options = MODULES[way]
     ep = torch.export.export(module(), tuple(args))
@@ -493,7 +493,7 @@ def _timed(run: Any, stream: torch.cuda.Stream, steps: int) -> float:
 
 def step_time(way: str, args: Sequence[torch.Tensor], steps: int) -> float:
     """Median ms of one update of the state (``args[0]``) the ``way`` given."""
-    from torch_tensorrt.dynamo.lowering._mutation_write_backs import (
+    from torch_tensorrt.dynamo import (
         check_in_place_bindings,
     )
 

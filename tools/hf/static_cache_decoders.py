@@ -108,7 +108,7 @@ def run_one(
     trt: Any,
 ) -> Dict[str, Any]:
     """Greedy decoding against ``reference``; without one, the step timed."""
-    from torch_tensorrt.dynamo.lowering._mutation_write_backs import (
+    from torch_tensorrt.dynamo import (
         check_alias_map_against_engine,
     )
 
@@ -207,7 +207,7 @@ def run_one(
 
 def run(directory: str, out: str, tolerance: float) -> None:
     import tensorrt_rtx as trt
-    from torch_tensorrt.dynamo.lowering._mutation_write_backs import read_alias_map
+    from torch_tensorrt.dynamo import read_alias_map
 
     results: Dict[str, Any] = {
         "device": torch.cuda.get_device_name(),
