@@ -117,7 +117,7 @@ def test_the_plugin_block(tmp_path):
 
 
 def test_the_alias_map_blocks_are_valid_maps():
-    from torch_tensorrt.dynamo.lowering._mutation_write_backs import read_alias_map
+    from torch_tensorrt.dynamo import read_alias_map
 
     for text in blocks("json") + blocks("json", MUTATING_OPS):
         assert read_alias_map(json.loads(text))

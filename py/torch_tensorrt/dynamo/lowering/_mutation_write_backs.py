@@ -21,8 +21,8 @@ import json
 import logging
 import operator
 import os
+import secrets
 import stat
-import tempfile
 from dataclasses import dataclass, replace
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -730,10 +730,21 @@ def check_alias_map_path(path: str) -> str:
     return absolute
 
 
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
+def _new_file_beside(path: str) -> Tuple[int, str]:
+    """A new file in ``path``'s directory, opened for writing: ``(fd, its path)``.
+
+    Created with mode ``0o666``, which the kernel reduces by the process's umask
+    (as ``open`` does), where ``tempfile.mkstemp`` would give ``0o600``.
+    """
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+    while True:
+        name = os.path.join(
+            os.path.dirname(path), f".alias-map-{secrets.token_hex(8)}.json"
+        )
+        try:
+            return os.open(name, flags, 0o666), name
+        except FileExistsError:
+            continue
 
 
 def write_alias_map(path: str, write_backs: Sequence[WriteBack]) -> None:
@@ -746,14 +757,11 @@ def write_alias_map(path: str, write_backs: Sequence[WriteBack]) -> None:
     caller running as another user can read it where the umask allows.
     """
     absolute = check_alias_map_path(path)
-    fd, tmp = tempfile.mkstemp(
-        prefix=".alias-map-", suffix=".json", dir=os.path.dirname(absolute)
-    )
+    fd, tmp = _new_file_beside(absolute)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             json.dump(alias_map(write_backs), f, indent=2)
             f.write("\n")
-        os.chmod(tmp, 0o666 & ~_umask())
         check_alias_map_path(path)  # nothing else was put there meanwhile
         os.replace(tmp, absolute)
     finally:

@@ -31,11 +31,10 @@ REASON = (
 )
 
 if RUNNABLE:
+    import tensorrt as trt
     import tensorrt.plugin as trtp
     import triton
     import triton.language as tl
-
-    import tensorrt as trt
 
     @triton.jit
     def _add_one_kernel(x_ptr, n_elements, y_ptr, BLOCK_SIZE: tl.constexpr):

@@ -32,9 +32,8 @@ from torch.testing._internal.common_utils import TestCase, run_tests
 from torch_tensorrt import ENABLED_FEATURES
 
 try:
-    import tensorrt.plugin as trtp
-
     import tensorrt as trt
+    import tensorrt.plugin as trtp
 
     HAVE_QDP = ENABLED_FEATURES.qdp_plugin
 except ImportError:

@@ -377,6 +377,31 @@ class TestWritingTheMap(TestCase):
                     self.assertEqual(json.load(f)["aliases"][0]["output"], "x_new")
             self.assertEqual(os.listdir(tmp), ["aliases.json"])
 
+    def test_the_reader_and_checkers_are_public(self):
+        import torch_tensorrt.dynamo as dynamo
+        from torch_tensorrt.dynamo.lowering import _mutation_write_backs as module
+
+        for name in (
+            "AliasMapError",
+            "read_alias_map",
+            "check_alias_map_against_engine",
+            "check_in_place_bindings",
+        ):
+            self.assertIs(getattr(dynamo, name), getattr(module, name), name)
+
+    def test_the_process_umask_is_never_changed(self):
+        # setting the umask, even for a moment, races with other threads
+        # creating files
+        import os
+        import tempfile
+        import unittest.mock
+
+        with tempfile.TemporaryDirectory() as tmp, unittest.mock.patch.object(
+            os, "umask", side_effect=AssertionError("the umask was set")
+        ):
+            self._write(os.path.join(tmp, "aliases.json"))
+            self.assertEqual(os.listdir(tmp), ["aliases.json"])
+
     def test_never_replaces_what_is_not_a_regular_file(self):
         import os
         import tempfile
