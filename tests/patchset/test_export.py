@@ -389,21 +389,44 @@ def test_a_piece_whose_tests_fail_ends_the_stack(upstream, patch_set):
     ]
 
 
-def test_a_summary_that_announces_a_reproduction_brings_it(tmp_path):
+def test_a_pr_description_is_whole(tmp_path):
+    """Each commit's whole description (its reproduction and its last paragraph
+    included, not its Tests: line), the piece's notes under their headings, patch
+    numbers said as the commits of the stack, Bug and Bug-Related links."""
+    description = (
+        "It failed before.\nMinimal reproduction on a GPU:\n\n    import torch\n"
+        "    m(x)\n\nA last paragraph, cut before.\n\nTests: tests/py/test_x.py."
+    )
     (tmp_path / "0001-x.patch").write_text(
-        mail(
-            "fix: x",
-            "",
-            description="It failed before.\nMinimal reproduction on a GPU:\n\n    import torch\n    m(x)",
+        mail("fix: x", "", description=description)
+    )
+    (tmp_path / "0002-y.patch").write_text(
+        mail("fix: y", "", description="Why y.").replace(
+            "Bug: ", "Bug-Related: "
         )
     )
-    (tmp_path / "series").write_text("[x] X\n0001-x.patch\n")
+    (tmp_path / "series").write_text(
+        "[x] X\ndecide: whether 0002 stays\nchange: x is refused\n"
+        "risk: none for models without x\nverified: CPU only\n"
+        "overlap: #1 does part of 0001\n0001-x.patch\n0002-y.patch\n"
+    )
     pieces = series.read_series(str(tmp_path), str(tmp_path / "none"))
     text = export.pr_description(pieces, 1, ["b/01-x"], "main")
-    assert (
-        "- **fix: x** It failed before. Minimal reproduction on a GPU:\n\n  ```python\n  import torch\n  m(x)\n  ```\n"
-        in text
-    )
+    assert "### 1. fix: x\n\nIt failed before." in text
+    assert "    import torch\n    m(x)\n\nA last paragraph, cut before.\n" in text
+    assert "Tests: tests/py/test_x.py" not in text
+    assert "### 2. fix: y\n\nWhy y.\n" in text
+    for heading, line in (
+        ("Behaviour change", "- x is refused"),
+        ("Risk and compatibility", "- none for models without x"),
+        ("What a reviewer must decide", "- whether commit 2 of this PR stays"),
+        ("Upstream work it overlaps", "- #1 does part of commit 1 of this PR"),
+        ("Verified", "- CPU only"),
+    ):
+        assert f"## {heading}\n\n{line}\n" in text, heading
+    assert text.count("https://github.com/pytorch/TensorRT/issues/") >= 1
+    one = export.pr_description(pieces, 1, ["all"], "main", stack=False)
+    assert "Part 1 of" not in one and "branch `all`" in one
 
 
 def mini_checkout(tmp_path, package_init=""):

@@ -345,59 +345,104 @@ def export(
         for k in range(1, (len(done) if stack else len(pieces)) + 1):
             path = os.path.join(pr_dir, f"{k:02d}-{pieces[k - 1].id}.md")
             with open(path, "w", encoding="utf-8") as f:
-                f.write(pr_description(pieces, k, names, base_name))
+                f.write(
+                    pr_description(
+                        pieces, k, names if stack else [branch], base_name, stack
+                    )
+                )
         summary += f"; PR descriptions in {pr_dir}"
     if stopped:
         raise PatchsetError(f"{summary}; {stopped}")
     return summary
 
 
+def _cited(text: str, pieces: Sequence[series.Piece], k: int) -> str:
+    """``text`` with each patch number (``0045``) said as upstream sees it: the
+    commit of this PR or of another PR of the stack."""
+
+    def commit(m: "re.Match[str]") -> str:
+        for j, piece in enumerate(pieces, 1):
+            for i, patch in enumerate(piece.patches, 1):
+                if patch.name.startswith(m[0] + "-"):
+                    where = "this PR" if j == k else f"PR {j}, `{piece.id}`"
+                    return f"commit {i} of {where}"
+        return m[0]
+
+    return re.sub(r"\b\d{4}\b", commit, text)
+
+
+def _description_without_tests(patch: series.Patch) -> str:
+    """The patch's description without its ``Tests:`` paragraph (listed apart)."""
+    paragraphs = patch.description.split("\n\n") if patch.description else []
+    kept = [p for p in paragraphs if not p.startswith("Tests:")]
+    return "\n\n".join(kept)
+
+
 def pr_description(
-    pieces: Sequence[series.Piece], k: int, branches: Sequence[str], base: str
+    pieces: Sequence[series.Piece],
+    k: int,
+    branches: Sequence[str],
+    base: str,
+    stack: bool = True,
 ) -> str:
-    """The description of the PR of piece ``k`` (1-based) of the stack, in Markdown."""
+    """The description of the PR of piece ``k`` (1-based), in Markdown: why (each
+    commit's whole description), the behaviour it changes, risk and
+    compatibility, what a reviewer must decide, the upstream work it overlaps,
+    its tests and where it was verified."""
     piece = pieces[k - 1]
-    on = branches[k - 2] if k > 1 else base
-    first = " (review that one first)." if k > 1 else "."
-    lines = [f"# {piece.title}", "", f"Part {k} of {len(pieces)} of a stack of PRs: "]
-    lines[-1] += f"branch `{branches[k - 1]}`, on top of `{on}`{first}"
-    lines += ["", "## Summary", ""]
-    for patch in piece.patches:
-        paragraphs = patch.description.split("\n\n") if patch.description else [""]
-        first = paragraphs[0].replace("\n", " ")
-        lines.append(f"- **{patch.subject}**" + (f" {first}" if first else ""))
-        if first.endswith(":") and len(paragraphs) > 1:
-            # what the paragraph announces (a reproduction, a list) comes with it
-            rows = paragraphs[1].split("\n")
-            indent = min(
-                (len(r) - len(r.lstrip()) for r in rows if r.strip()), default=0
-            )
-            lines += ["", "  ```python"]
-            lines += [f"  {r[indent:]}".rstrip() for r in rows]
-            lines += ["  ```", ""]
+    lines = [f"# {piece.title}", ""]
+    if stack:
+        on = branches[k - 2] if k > 1 else base
+        first = " (review that one first)." if k > 1 else "."
+        lines.append(
+            f"Part {k} of {len(branches)} of a stack of PRs: branch "
+            f"`{branches[k - 1]}`, on top of `{on}`{first}"
+        )
+    else:
+        lines.append(
+            f"Piece {k} of the {len(pieces)} on branch `{branches[0]}` (on `{base}`), "
+            "which holds them all; each can also be sent as its own PR."
+        )
+    lines += ["", "## Why, commit by commit", ""]
+    for i, patch in enumerate(piece.patches, 1):
+        lines += [f"### {i}. {patch.subject}", ""]
+        text = _description_without_tests(patch)
+        if text:
+            lines += [text, ""]
     if not piece.patches:
-        lines.append(f"- {files_message(piece.exported_files).splitlines()[0]}")
-    lines += ["", "## What a reviewer must decide", ""]
-    lines += [f"- {d}" for d in piece.decisions] or ["- (nothing beyond the code)"]
+        lines += [files_message(piece.exported_files), ""]
+    sections = (
+        ("Behaviour change", "change", "- None beyond the fixes above."),
+        ("Risk and compatibility", "risk", "- (not assessed)"),
+        ("What a reviewer must decide", "decide", "- (nothing beyond the code)"),
+        ("Upstream work it overlaps", "overlap", "- None known."),
+    )
+    for title, key, default in sections:
+        notes = [f"- {_cited(t, pieces, k)}" for t in piece.note(key)]
+        lines += [f"## {title}", "", *(notes or [default]), ""]
     new = [f for f in piece.exported_files if not series.is_test(f)]
     if new:
-        lines += ["", "## New files", ""] + [f"- `{f}`" for f in new]
+        lines += ["## New files", ""] + [f"- `{f}`" for f in new] + [""]
     tests = [t for t in piece.tests if t in piece.exported_files]
-    lines += ["", "## Tests", ""] + [f"- `{t}`" for t in tests]
+    lines += ["## Tests", ""] + [f"- `{t}`" for t in tests]
     if tests:
         lines += ["", "```sh", "python -m pytest " + " ".join(tests), "```"]
     else:
         lines.append("- none of its own; the tests of the pieces after it use it")
+    verified = [f"- {_cited(t, pieces, k)}" for t in piece.note("verified")]
+    lines += ["", "## Verified", "", *(verified or ["- (not recorded)"])]
     related = list(piece.depends_on)
     for patch in piece.patches:
-        related += [url for url in patch.field("Bug") if url not in related]
+        for key in ("Bug", "Bug-Related"):
+            related += [url for url in patch.field(key) if url not in related]
     if related:
         lines += ["", "## Related", ""] + [f"- {url}" for url in related]
-    lines += ["", "## The stack, part by part", ""]
-    lines += [
-        f"{j}. `{p.id}`: {p.title}" + (" (this PR)" if j == k else "")
-        for j, p in enumerate(pieces, 1)
-    ]
+    if stack:
+        lines += ["", "## The stack, part by part", ""]
+        lines += [
+            f"{j}. `{p.id}`: {p.title}" + (" (this PR)" if j == k else "")
+            for j, p in enumerate(pieces, 1)
+        ]
     return "\n".join(lines) + "\n"
 
 

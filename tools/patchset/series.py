@@ -24,7 +24,14 @@ _SECTION_RE = re.compile(r"^\[(?P<id>[a-z0-9][a-z0-9-]*)\]\s+(?P<title>\S.*)$")
 _FIELD_RE = re.compile(r"^(?P<key>[A-Z][A-Za-z0-9-]*):(?:[ \t]+(?P<value>.*))?$")
 _CACHE_DIRS = ("__pycache__", ".pytest_cache", ".mypy_cache")
 
-Section = Tuple[str, str, List[str], List[str]]  # id, title, decisions, entries
+# What a piece's PR says beyond its patches, one line each under the piece:
+# what its reviewer must decide, the behaviour it changes, its risk and
+# compatibility, where it was verified (and what never ran), and the upstream
+# work it overlaps
+NOTE_KEYS = ("decide", "change", "risk", "verified", "overlap")
+
+Note = Tuple[str, str]  # key, text
+Section = Tuple[str, str, List[Note], List[str]]  # id, title, notes, entries
 
 
 def source_files(root: str) -> List[str]:
@@ -114,9 +121,16 @@ class Piece:
 
     id: str
     title: str
-    decisions: Tuple[str, ...]
+    notes: Tuple[Note, ...]
     patches: Tuple[Patch, ...]
     files: Tuple[str, ...]  # new files of the piece that no patch brings
+
+    def note(self, key: str) -> List[str]:
+        return [text for k, text in self.notes if k == key]
+
+    @property
+    def decisions(self) -> List[str]:
+        return self.note("decide")
 
     @property
     def new_files(self) -> List[str]:
@@ -149,8 +163,9 @@ def sections(path: str) -> List[Section]:
     with open(path, encoding="utf-8") as f:
         for lineno, raw in enumerate(f, 1):
             line = raw.strip()
-            if line.startswith("decide:") and sections:
-                sections[-1][2].append(line[len("decide:") :].strip())
+            key = line.split(":", 1)[0]
+            if key in NOTE_KEYS and ":" in line and sections:
+                sections[-1][2].append((key, line.split(":", 1)[1].strip()))
                 continue
             line = line.split("#", 1)[0].strip()
             if m := _SECTION_RE.match(line):
@@ -176,7 +191,7 @@ def read_series(
     pieces: List[Piece] = []
     brought: Dict[str, str] = {}
     listed: List[str] = []
-    for piece_id, title, decisions, entries in sections(path):
+    for piece_id, title, notes, entries in sections(path):
         if any(p.id == piece_id for p in pieces):
             problems.append(f"piece '{piece_id}' is declared twice")
         patches: List[Patch] = []
@@ -202,7 +217,7 @@ def read_series(
                 if check_files and not os.path.isfile(os.path.join(root, f)):
                     problems.append(f"{f} (brought by {owner}) does not exist")
         pieces.append(
-            Piece(piece_id, title, tuple(decisions), tuple(patches), tuple(files))
+            Piece(piece_id, title, tuple(notes), tuple(patches), tuple(files))
         )
     for name in sorted(os.listdir(patch_dir)):
         if name.endswith(".patch") and name not in listed:
@@ -222,7 +237,7 @@ def all_patches(pieces: Sequence[Piece]) -> List[Patch]:
 
 
 def write_series(
-    path: str, sections: Sequence[Tuple[str, str, Sequence[str], Sequence[str]]]
+    path: str, sections: Sequence[Tuple[str, str, Sequence[Note], Sequence[str]]]
 ) -> None:
     """Write sections to the series file at ``path``, keeping its leading comments."""
     preamble = []
@@ -233,8 +248,8 @@ def write_series(
                     break
                 preamble.append(line)
     lines = []
-    for piece_id, title, decisions, entries in sections:
-        lines += [f"[{piece_id}] {title}", *[f"decide: {d}" for d in decisions]]
+    for piece_id, title, notes, entries in sections:
+        lines += [f"[{piece_id}] {title}", *[f"{k}: {text}" for k, text in notes]]
         lines += [*entries, ""]
     with open(path, "w", encoding="utf-8") as f:
         f.write("".join(preamble) + "\n".join(lines))

@@ -279,14 +279,14 @@ def refresh(tree: str, out_root: str = REPO_ROOT) -> Tuple[int, int]:
     # Second pass: the mails and the series, made in memory, then written in one go.
     mails: Dict[str, str] = {}
     sections = []
-    for k, (piece_id, title, decisions, _) in enumerate(pieces):
+    for k, (piece_id, title, notes, _) in enumerate(pieces):
         for _, commit, name, paths in (p for p in patches if p[0] == k):
             adds = [f for f in final if owner.get(f) == (k, commit)]
             mails[name] = _mail(tree, commit, paths, adds)
         brought = {p[1]: p[2] for p in patches if p[0] == k}
         entries = list(brought.values())
         entries += [f for f in final if owner[f][0] == k and owner[f][1] not in brought]
-        sections.append((piece_id, title, decisions, entries))
+        sections.append((piece_id, title, notes, entries))
     _refuse_to_lose_work(out_root, tree, final)
     for name in os.listdir(patch_dir):
         if name.endswith(".patch"):
