@@ -397,13 +397,9 @@ def test_a_pr_description_is_whole(tmp_path):
         "It failed before.\nMinimal reproduction on a GPU:\n\n    import torch\n"
         "    m(x)\n\nA last paragraph, cut before.\n\nTests: tests/py/test_x.py."
     )
-    (tmp_path / "0001-x.patch").write_text(
-        mail("fix: x", "", description=description)
-    )
+    (tmp_path / "0001-x.patch").write_text(mail("fix: x", "", description=description))
     (tmp_path / "0002-y.patch").write_text(
-        mail("fix: y", "", description="Why y.").replace(
-            "Bug: ", "Bug-Related: "
-        )
+        mail("fix: y", "", description="Why y.").replace("Bug: ", "Bug-Related: ")
     )
     (tmp_path / "series").write_text(
         "[x] X\ndecide: whether 0002 stays\nchange: x is refused\n"
