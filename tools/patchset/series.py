@@ -273,7 +273,11 @@ def header_problems(patch: Patch) -> List[str]:
                 f"{patch.name}: creates {path}, which is not a new module, test, "
                 "doc page or example of the upstream tree"
             )
-        elif path not in created and not path.startswith(PACKAGE_PREFIX):
+        elif path not in created and not (
+            path.startswith(PACKAGE_PREFIX)
+            or (new_root and not path.startswith(LOCAL_ONLY))
+        ):
+            # an upstream file under the package, or a new file an earlier mail created
             problems.append(f"{patch.name}: touches {path}, outside {PACKAGE_PREFIX}")
         if path.startswith(PACKAGE_PREFIX + "fx/"):
             problems.append(f"{patch.name}: touches {path}; the RTX wheel has no fx/")

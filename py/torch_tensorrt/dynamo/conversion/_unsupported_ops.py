@@ -4,15 +4,18 @@ When a graph must become one TensorRT engine (a standalone engine, or
 ``require_full_compilation=True``) and some op has no converter, the error
 names that op as the user wrote it: a mutating custom op reaches the
 partitioner wrapped in ``auto_functionalized``, so it is named by the op itself
-and the arguments it writes, not by the wrapper. The graph itself is logged at
-debug level only.
+and the arguments it writes, not by the wrapper. An op whose converters all
+refuse the call (its dtypes or dynamic sizes) is named with the tensors it was
+called with, not as an op without a converter; a tensor read as a Python
+number (``.item()``) is named as such. The graph itself is logged at debug
+level only.
 """
 
 from __future__ import annotations
 
 import logging
 import operator
-from typing import Any, List, Sequence
+from typing import Any, Dict, List, Sequence
 
 import torch
 from torch._higher_order_ops.auto_functionalize import (
@@ -52,33 +55,88 @@ def _described(op: Any) -> str:
     return f"{op_name(op)} (writes {', '.join(written)} in place)"
 
 
+def _unsupported_nodes(gm: torch.fx.GraphModule) -> Dict[Any, torch.fx.Node]:
+    """The ops of ``gm`` no registered converter takes, each with its first node."""
+    from torch_tensorrt.dynamo.conversion._ConverterRegistry import (
+        DYNAMO_CONVERTERS,
+    )
+    from torch_tensorrt.dynamo.conversion._functionalized_op import is_write_back
+
+    found: Dict[Any, torch.fx.Node] = {}
+    for node in gm.graph.nodes:
+        if node.op != "call_function" or node.target is operator.getitem:
+            continue
+        if is_write_back(node) or node in DYNAMO_CONVERTERS:
+            continue
+        found.setdefault(_user_op(node), node)
+    return found
+
+
 def unsupported_ops(gm: torch.fx.GraphModule) -> List[Any]:
     """The ops of ``gm`` no registered converter takes, each once, in graph order.
 
     Write-backs (``aten.copy_`` into an input or buffer) are not among them: they
     run after the engine, whatever converts.
     """
+    return list(_unsupported_nodes(gm))
+
+
+def _has_converters(node: torch.fx.Node) -> bool:
+    """Whether converters are registered for ``node``'s target (that refused it)."""
     from torch_tensorrt.dynamo.conversion._ConverterRegistry import (
         DYNAMO_CONVERTERS,
     )
-    from torch_tensorrt.dynamo.conversion._functionalized_op import is_write_back
 
-    found: List[Any] = []
-    for node in gm.graph.nodes:
-        if node.op != "call_function" or node.target is operator.getitem:
-            continue
-        if is_write_back(node) or node in DYNAMO_CONVERTERS:
-            continue
-        op = _user_op(node)
-        if op not in found:
-            found.append(op)
-    return found
+    return node.target in DYNAMO_CONVERTERS
+
+
+def _tensor_text(value: Any) -> str:
+    """``int32 [s0, 8, 16, 64]``: a tensor argument as its dtype and sizes."""
+    val = value.meta.get("val") if isinstance(value, torch.fx.Node) else None
+    if not isinstance(val, torch.Tensor):
+        return ""
+    dtype = str(val.dtype).replace("torch.", "")
+    sizes = [str(size) if isinstance(size, int) else "dynamic" for size in val.shape]
+    return f"{dtype} [{', '.join(sizes)}]"
+
+
+def _called_with(node: torch.fx.Node) -> str:
+    """The tensors ``node`` was called with: ``called with int32 [dynamic, 8]``."""
+    texts = [t for t in map(_tensor_text, node.all_input_nodes) if t]
+    return f"called with {', '.join(texts)}" if texts else "called here"
 
 
 def _spelled(op: Any) -> str:
     if isinstance(op, torch._ops.OpOverload):
         return f"torch.ops.{op_name(op)}.{op._overloadname}"
     return "<op>"
+
+
+_RUN_IN_PYTORCH = (
+    "or let torch_tensorrt.dynamo.compile() run it in PyTorch "
+    "(require_full_compilation=False)."
+)
+
+
+def _item_message(what: str) -> str:
+    return (
+        f"{what} converts every op to TensorRT, and the model reads a tensor as a "
+        "Python number (aten._local_scalar_dense: .item(), int(t), float(t)), "
+        "which an engine cannot hand back to the model while it runs. Keep the "
+        "value a tensor (a position for index_copy_ or index_select, a mask, "
+        "torch.where), " + _RUN_IN_PYTORCH
+    )
+
+
+def _refused_message(op: Any, node: torch.fx.Node, what: str) -> str:
+    return (
+        f"{what} converts every op to TensorRT, and the converters of "
+        f"{_described(op)} all refuse it as {_called_with(node)}. Call it with "
+        "dtypes and sizes its converters take, register a converter that takes "
+        "this call with @torch_tensorrt.dynamo.conversion.dynamo_tensorrt_converter"
+        f"({_spelled(op)}, priority=torch_tensorrt.dynamo.conversion.ConverterPriority"
+        ".HIGH), " + _RUN_IN_PYTORCH
+    )
 
 
 def no_converter_message(ops: Sequence[Any], what: str) -> str:
@@ -96,8 +154,14 @@ def no_converter_message(ops: Sequence[Any], what: str) -> str:
 
 
 def full_compilation_error(gm: torch.fx.GraphModule, what: str, fallback: str) -> str:
-    """The message for a graph that cannot be one engine: the ops without a
-    converter if there are some, else ``fallback``; the graph at debug level."""
+    """The message for a graph that cannot be one engine: a tensor read as a
+    number, else the op whose converters refuse its call, else the ops without
+    a converter, else ``fallback``; the graph at debug level."""
     logger.debug(f"The graph {what} could not convert entirely:\n{gm.graph}")
-    ops = unsupported_ops(gm)
-    return no_converter_message(ops, what) if ops else fallback
+    nodes = _unsupported_nodes(gm)
+    if torch.ops.aten._local_scalar_dense.default in nodes:
+        return _item_message(what)
+    refused = [(op, node) for op, node in nodes.items() if _has_converters(node)]
+    if refused:
+        return _refused_message(*refused[0], what)
+    return no_converter_message(list(nodes), what) if nodes else fallback

@@ -68,6 +68,79 @@ class TestErrorsNameWhatTheUserWrote(TestCase):
         self.assertIsNone(refused.exception.__cause__)
         self.assertTrue(refused.exception.__suppress_context__)
 
+    def test_an_op_whose_converters_refuse_the_call_is_named_with_its_tensors(self):
+        # an int32 cache with a dynamic batch: aten.index_copy has converters,
+        # and each refuses this call (it was "this op has no converter")
+        from torch_tensorrt.dynamo.conversion._TRTInterpreter import (
+            UnsupportedOperatorException,
+        )
+
+        class Cache(torch.nn.Module):
+            def forward(self, cache, pos, u):
+                cache.index_copy_(2, pos, u)
+                return u * 2
+
+        cache = torch.zeros(2, 8, 16, 64, dtype=torch.int32)
+        u = torch.ones(2, 8, 1, 64, dtype=torch.int32)
+        batch = torch.export.Dim("batch", min=1, max=8)
+        ep = torch.export.export(
+            Cache(),
+            (cache, torch.tensor([3]), u),
+            dynamic_shapes=({0: batch}, None, {0: batch}),
+        )
+        inputs = [
+            torch_tensorrt.Input(
+                min_shape=(1, 8, 16, 64),
+                opt_shape=(2, 8, 16, 64),
+                max_shape=(8, 8, 16, 64),
+                dtype=torch.int32,
+            ),
+            torch.tensor([3]),
+            torch_tensorrt.Input(
+                min_shape=(1, 8, 1, 64),
+                opt_shape=(2, 8, 1, 64),
+                max_shape=(8, 8, 1, 64),
+                dtype=torch.int32,
+            ),
+        ]
+        with self.assertRaises(UnsupportedOperatorException) as refused:
+            torch_tensorrt.dynamo.convert_exported_program_to_serialized_trt_engine(
+                ep, arg_inputs=inputs, min_block_size=1
+            )
+        message = str(refused.exception)
+        self.assertIn(
+            "the converters of aten.index_copy all refuse it as called with "
+            "int32 [dynamic, 8, 16, 64], int64 [1], int32 [dynamic, 8, 1, 64]",
+            message,
+        )
+        self.assertNotIn("no converter", message)
+        self.assertIn("require_full_compilation=False", message)
+
+    def test_a_tensor_read_as_a_number_is_named_as_such(self):
+        from torch_tensorrt.dynamo.conversion._TRTInterpreter import (
+            UnsupportedOperatorException,
+        )
+
+        class ItemPosition(torch.nn.Module):
+            def forward(self, cache, pos, u):
+                p = pos.item()
+                torch._check(p >= 0)
+                torch._check(p < 16)
+                cache[:, :, p : p + 1] = u
+                return u * 2
+
+        args = (torch.zeros(1, 8, 16, 64), torch.tensor(3), torch.ones(1, 8, 1, 64))
+        ep = torch.export.export(ItemPosition(), args)
+        with self.assertRaises(UnsupportedOperatorException) as refused:
+            torch_tensorrt.dynamo.convert_exported_program_to_serialized_trt_engine(
+                ep, arg_inputs=list(args), min_block_size=1
+            )
+        message = str(refused.exception)
+        self.assertIn("reads a tensor as a Python number", message)
+        self.assertIn(".item()", message)
+        self.assertIn("Keep the value a tensor", message)
+        self.assertNotIn("Register one", message)
+
     def test_full_compilation_names_the_op_without_a_converter(self):
         from test_compile_with_stand_in_engines import compile_on_cpu
 
