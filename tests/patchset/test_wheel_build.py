@@ -97,11 +97,13 @@ def test_only_patched_and_new_files_differ(built):
     strip = lambda n: n.split("/", 1)[1] if ".dist-info/" in n else n  # noqa: E731
     new = {strip(k): v for k, v in new.items()}
     old = {strip(k): v for k, v in old.items()}
+    patches = series.all_patches(series.read_series())
+    created = {f for p in patches for f in p.created_files()}
     patched = {
         f[len("py/") :]
-        for p in series.all_patches(series.read_series())
+        for p in patches
         for f in p.touched_files()
-        if f not in p.created_files()
+        if f.startswith("py/") and f not in created
     }
     added = set(wheelbuild.overlay_files())
     assert set(new) - set(old) == added
