@@ -62,7 +62,8 @@ def standalone(program):
                 )
         except UnsupportedOperatorException as e:
             message = str(e)
-            if "\n" in message.strip() or "no converter" not in message:
+            named = "no converter" in message or "all refuse it as called" in message
+            if "\n" in message.strip() or not named:
                 return f"refused, but not in one sentence: {message}"
             return None
         except RuntimeError as e:
