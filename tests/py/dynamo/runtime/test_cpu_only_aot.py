@@ -178,6 +178,23 @@ class TestQuietImport(TestCase):
         ):
             self.assertNotIn(noise, done.stdout + done.stderr)
 
+    def test_an_older_torch_gets_the_old_registration_names(self):
+        import types
+        import unittest.mock
+
+        from torch_tensorrt.dynamo.runtime import _TRTEngine
+
+        class Opaque:
+            pass
+
+        calls = []
+        old_torch = types.SimpleNamespace(
+            register_opaque_type=lambda cls, typ: calls.append((cls, typ))
+        )
+        with unittest.mock.patch.object(_TRTEngine, "opaque_object", old_torch):
+            _TRTEngine._register_opaque_class(Opaque)
+        self.assertEqual(calls, [(Opaque, "reference")])
+
 
 if __name__ == "__main__":
     run_tests()
