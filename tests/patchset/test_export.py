@@ -399,7 +399,7 @@ def test_a_pr_description_is_whole(tmp_path):
     )
     (tmp_path / "0001-x.patch").write_text(mail("fix: x", "", description=description))
     (tmp_path / "0002-y.patch").write_text(
-        mail("fix: y", "", description="Why y.").replace("Bug: ", "Bug-Related: ")
+        mail("fix: y", "", description="Why y, after 0001.").replace("Bug: ", "Bug-Related: ")
     )
     (tmp_path / "series").write_text(
         "[x] X\ndecide: whether 0002 stays\nchange: x is refused\n"
@@ -411,7 +411,7 @@ def test_a_pr_description_is_whole(tmp_path):
     assert "### 1. fix: x\n\nIt failed before." in text
     assert "    import torch\n    m(x)\n\nA last paragraph, cut before.\n" in text
     assert "Tests: tests/py/test_x.py" not in text
-    assert "### 2. fix: y\n\nWhy y.\n" in text
+    assert "### 2. fix: y\n\nWhy y, after commit 1 of this PR.\n" in text
     for heading, line in (
         ("Behaviour change", "- x is refused"),
         ("Risk and compatibility", "- none for models without x"),

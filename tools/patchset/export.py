@@ -368,7 +368,7 @@ def _cited(text: str, pieces: Sequence[series.Piece], k: int) -> str:
                     return f"commit {i} of {where}"
         return m[0]
 
-    return re.sub(r"\b\d{4}\b", commit, text)
+    return re.sub(r"(?<![\w.])00\d\d\b", commit, text)
 
 
 def _description_without_tests(patch: series.Patch) -> str:
@@ -406,7 +406,7 @@ def pr_description(
     lines += ["", "## Why, commit by commit", ""]
     for i, patch in enumerate(piece.patches, 1):
         lines += [f"### {i}. {patch.subject}", ""]
-        text = _description_without_tests(patch)
+        text = _cited(_description_without_tests(patch), pieces, k)
         if text:
             lines += [text, ""]
     if not piece.patches:
