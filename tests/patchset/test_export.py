@@ -399,7 +399,9 @@ def test_a_pr_description_is_whole(tmp_path):
     )
     (tmp_path / "0001-x.patch").write_text(mail("fix: x", "", description=description))
     (tmp_path / "0002-y.patch").write_text(
-        mail("fix: y", "", description="Why y, after 0001.").replace("Bug: ", "Bug-Related: ")
+        mail("fix: y", "", description="Why y, after 0001.").replace(
+            "Bug: ", "Bug-Related: "
+        )
     )
     (tmp_path / "series").write_text(
         "[x] X\ndecide: whether 0002 stays\nchange: x is refused\n"
