@@ -86,3 +86,31 @@ def test_a_failing_prefix_is_named_and_the_venv_restored(pieces):
         )
     assert rec.calls[-1] == ("pip", "whole.whl")
     assert ("pytest", ["tests/py/test_a.py"], "standard") in rec.calls
+
+
+def test_a_prefix_s_tests_are_as_its_mails_leave_them(tmp_path):
+    """A test file a later mail grows (0068 grows test_unsupported_ops.py) is run
+    at a prefix as that prefix's mails leave it, not as the working view has it."""
+    pieces = series.read_series()
+    every = series.all_patches(pieces)
+    grown = prefixes._grown_tests(every)
+    assert "tests/py/dynamo/conversion/test_unsupported_ops.py" in grown
+    ids = [p.id for p in pieces]
+    early = series.all_patches(pieces[: ids.index("engine-outputs") + 1])
+    view = prefixes.tests_view(every, early, str(tmp_path / "early"))
+    for test in grown:
+        with open(os.path.join(series.REPO_ROOT, test), encoding="utf-8") as f:
+            final = f.read()
+        path = os.path.join(view, test)
+        if os.path.exists(path):
+            with open(path, encoding="utf-8") as f:
+                assert f.read() != final, test
+    later = [t for p in every[len(early) :] for t in p.created_files()]
+    assert all(not os.path.exists(os.path.join(view, t)) for t in later)
+    whole = prefixes.tests_view(every, every, str(tmp_path / "whole"))
+    for test in series.new_files():
+        if test.startswith("tests/py/"):
+            with open(os.path.join(whole, test), encoding="utf-8") as a, open(
+                os.path.join(series.REPO_ROOT, test), encoding="utf-8"
+            ) as b:
+                assert a.read() == b.read(), test

@@ -3,6 +3,7 @@ stack piece by piece, so each prefix's own wheel must pass its own tests)."""
 
 import os
 import re
+import shutil
 import subprocess
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -28,6 +29,40 @@ def _summary(output: str) -> str:
     return lines[-1] if lines else (output.strip().splitlines() or ["no output"])[-1]
 
 
+def _grown_tests(patches: Sequence[series.Patch]) -> List[str]:
+    """Test files a mail changes after another mail created them."""
+    created = {f for p in patches for f in p.created_files()}
+    return sorted(
+        {
+            f
+            for p in patches
+            for f in p.touched_files()
+            if f.startswith("tests/") and f in created and f not in p.created_files()
+        }
+    )
+
+
+def tests_view(
+    patches: Sequence[series.Patch], prefix: Sequence[series.Patch], dest: str
+) -> str:
+    """``tests/`` as the mails of ``prefix`` leave it, at ``dest``: this repository's
+    tests without the files the mails create, then ``prefix``'s mails applied
+    (their tests only). A test a later mail grows is tested as it was."""
+    shutil.rmtree(dest, ignore_errors=True)
+    shutil.copytree(
+        os.path.join(REPO_ROOT, "tests"),
+        os.path.join(dest, "tests"),
+        ignore=shutil.ignore_patterns("__pycache__"),
+    )
+    for f in {f for p in patches for f in p.created_files()}:
+        if f.startswith("tests/"):
+            os.unlink(os.path.join(dest, f))
+    for patch in prefix:
+        if any(f.startswith("tests/") for f in patch.touched_files()):
+            series.apply_patch(patch, dest, 1, include=("tests/*",))
+    return dest
+
+
 def check_prefixes(
     pieces: List[series.Piece],
     python: str,
@@ -49,6 +84,8 @@ def check_prefixes(
     pytest += ["-c", os.path.join(REPO_ROOT, "pyproject.toml"), "--rootdir", REPO_ROOT]
     results: List[Tuple[str, str]] = []
     failed: List[str] = []
+    every = series.all_patches(pieces)
+    grown = _grown_tests(every)
     try:
         for k, piece in enumerate(pieces[:-1] if skip_whole else pieces, 1):
             prefix, out = pieces[:k], os.path.join(out_dir, f"{k:02d}-{piece.id}")
@@ -67,7 +104,12 @@ def check_prefixes(
             if not tests:
                 results.append((piece.id, "no tests"))
                 continue
-            code, output = run([*pytest, *pytest_args, *tests], env)
+            argv = [*pytest, *pytest_args, *tests]
+            if grown:  # each prefix's tests as its mails leave them
+                view = tests_view(every, patches, os.path.join(out, "tests-view"))
+                argv = [*pytest[:-1], view, *pytest_args]
+                argv += [os.path.join(view, t) for t in tests]
+            code, output = run(argv, env)
             results.append((piece.id, _summary(output)))
             if code != 0:
                 failed.append(f"'{piece.id}' ({_summary(output)})")
