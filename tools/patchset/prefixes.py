@@ -7,7 +7,7 @@ import shutil
 import subprocess
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from . import REPO_ROOT, PatchsetError, series, wheelbuild
+from . import REPO_ROOT, PatchsetError, git, series, wheelbuild
 
 Runner = Callable[[List[str], Dict[str, str]], Tuple[int, str]]
 Builder = Callable[..., str]
@@ -45,15 +45,20 @@ def _grown_tests(patches: Sequence[series.Patch]) -> List[str]:
 def tests_view(
     patches: Sequence[series.Patch], prefix: Sequence[series.Patch], dest: str
 ) -> str:
-    """``tests/`` as the mails of ``prefix`` leave it, at ``dest``: this repository's
-    tests without the files the mails create, then ``prefix``'s mails applied
-    (their tests only). A test a later mail grows is tested as it was."""
+    """This repository at ``dest`` with ``tests/`` as the mails of ``prefix`` leave
+    it: its files (tracked, or new and not ignored: tests find the README, the
+    examples and the tools beside them) without the tests the mails create, then
+    ``prefix``'s mails applied (their tests only). A test a later mail grows is
+    tested as it was."""
     shutil.rmtree(dest, ignore_errors=True)
-    shutil.copytree(
-        os.path.join(REPO_ROOT, "tests"),
-        os.path.join(dest, "tests"),
-        ignore=shutil.ignore_patterns("__pycache__"),
+    listed = git(
+        REPO_ROOT, ["ls-files", "-z", "--cached", "--others", "--exclude-standard"]
     )
+    for rel in sorted(set(filter(None, listed.split("\0")))):
+        source = os.path.join(REPO_ROOT, rel)
+        if os.path.isfile(source):
+            os.makedirs(os.path.dirname(os.path.join(dest, rel)), exist_ok=True)
+            shutil.copy2(source, os.path.join(dest, rel))
     for f in {f for p in patches for f in p.created_files()}:
         if f.startswith("tests/"):
             os.unlink(os.path.join(dest, f))
