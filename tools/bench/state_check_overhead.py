@@ -194,22 +194,20 @@ def _graph_module(n: int) -> torch.fx.GraphModule:
     return torch.fx.GraphModule(torch.nn.Module(), graph)
 
 
+def _buffer_names(n: int) -> List[str]:
+    """The paths of ``WritesBuffers(n)``'s buffers, two per layer."""
+    return [f"layer_{i // 2}.{'kv'[i % 2]}" for i in range(n)]
+
+
 def _buffer_module(n: int) -> torch.fx.GraphModule:
-    """A graph module whose N states are buffers, two per layer (as a KV cache)."""
-    root = torch.nn.Module()
-    for i in range(n):
-        layer = root._modules.get(f"layer_{i // 2}")
-        if layer is None:
-            layer = torch.nn.Module()
-            root.add_module(f"layer_{i // 2}", layer)
-        layer.register_buffer("kv"[i % 2], torch.zeros(STATE_SHAPE))
+    """A graph module whose N states are ``WritesBuffers(n)``'s buffers."""
     graph = torch.fx.Graph()
     graph.placeholder("pos")
     u = graph.placeholder("u")
-    for i in range(n):
-        graph.get_attr(f"layer_{i // 2}.{'kv'[i % 2]}")
+    for name in _buffer_names(n):
+        graph.get_attr(name)
     graph.output(u)
-    return torch.fx.GraphModule(root, graph)
+    return torch.fx.GraphModule(WritesBuffers(n), graph)
 
 
 def check_part(states: Sequence[int], calls: int) -> Dict[str, Any]:
@@ -240,7 +238,7 @@ def check_part(states: Sequence[int], calls: int) -> Dict[str, Any]:
         buffer_check = InPlaceArgumentsCheck(
             ["pos", "u"],
             [],
-            [f"layer_{i // 2}.{'kv'[i % 2]}" for i in range(n)],
+            _buffer_names(n),
         )
         buffer_hook = lambda: (  # noqa: E731
             buffer_check(with_buffers, tuple(args[:2]), {}),
