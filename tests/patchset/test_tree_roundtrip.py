@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 from conftest import CALLER
-from patchset import PatchsetError, series, tree
+from patchset import PatchsetError, growth, series, tree
 
 
 def git(cwd, *args, input=None):
@@ -125,6 +125,10 @@ def test_a_new_commit_is_a_new_patch_bringing_its_new_files(
     assert (out / "py/torch_tensorrt/dynamo/_demo_module.py").read_text() == "X = 1\n"
 
 
+# Definitions of new files that no file of the patched tree uses: the model sizes
+# that tools/hf/static_cache_decoders.py benchmarks.
+UNUSED_AT_THE_END = ["tests/py/dynamo/models/hf_static_cache_models.py: BENCH"]
+
 PLAIN_GIT_AM = """\
 grep '\\.patch$' patches/series | sed 's|^|patches/|' | xargs cat | git -C ../sources am
 """
@@ -155,6 +159,11 @@ def test_contributing_s_plain_git_am_applies_the_series_to_the_2_14_0_sources(tm
     for rel in series.new_files():
         if rel.startswith(("py/", "tests/py/")):
             assert filecmp.cmp(os.path.join(series.REPO_ROOT, rel), base / rel), rel
+    # each definition of a new file arrives with the first commit that uses it
+    unused = growth.unused_by_commit(str(base), revs[0] + "~")
+    assert unused[revs[-1]] == UNUSED_AT_THE_END
+    for rev, patch in zip(revs, patches):
+        assert set(unused[rev]) <= set(UNUSED_AT_THE_END), (patch.name, unused[rev])
 
 
 def test_refresh_refuses_dirty_trees_and_stray_heads(work, tmp_path):

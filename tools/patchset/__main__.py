@@ -5,7 +5,7 @@ import sys
 import tempfile
 from typing import Any, Callable, List
 
-from . import PatchsetError, export, flavour_from_env, prefixes, series, tree
+from . import PatchsetError, export, flavour_from_env, growth, prefixes, series, tree
 from . import wheelbuild
 
 FLAVOUR_CHOICES = ["standard", "rtx"]
@@ -66,6 +66,10 @@ def main(argv: List[str]) -> int:
         patches, files = tree.refresh(args.tree)
         return f"refreshed patches/ ({patches} patch(es)) and {files} new file(s) from {args.tree}"
 
+    def grow(args: argparse.Namespace) -> str:
+        changed = growth.grow(args.tree, tree.BASE_TAG)
+        return f"{args.tree}: new files grow; {changed} commit(s) rewritten"
+
     p = command("build", build, "the patched wheel (USE_TRT_RTX=1: TensorRT-RTX)")
     p.add_argument("--flavour", choices=FLAVOUR_CHOICES)
     p.add_argument("--dist-dir", default="dist")
@@ -73,6 +77,10 @@ def main(argv: List[str]) -> int:
     p.add_argument("dest")
     p.add_argument("--flavour", choices=FLAVOUR_CHOICES)
     p = command("refresh", refresh, "patches/ and new files from that tree")
+    p.add_argument("tree")
+    p = command(
+        "grow", grow, "each definition of a new file in its first user's commit"
+    )
     p.add_argument("tree")
     p = command("check", _cmd_check, "the series applies; both flavours identical")
     p.add_argument("--prefixes", action="store_true", help="also test every prefix")

@@ -1,0 +1,191 @@
+"""growth: a new file's definitions arrive with the first commit that uses them."""
+
+import subprocess
+import textwrap
+
+import pytest
+from conftest import CALLER
+from patchset import growth
+
+UPSTREAM = "py/pkg/upstream.py"
+NEW = "py/pkg/_new.py"
+TEST = "tests/py/test_new.py"
+
+NEW_MODULE = '''\
+"""A new module; its docstring names later_helper, which does not use it."""
+
+import json
+import os
+
+from pkg.registry import register
+
+LIMIT = 3
+
+
+def first_helper(x):
+    return min(x, LIMIT)
+
+
+def later_helper(path):
+    return os.path.basename(path) + json.dumps(first_helper(1))
+
+
+@register("op")
+def converter(x):
+    return x
+
+
+def _tested_helper():
+    return 1
+'''
+
+NEW_TEST = """\
+from pkg._new import _tested_helper
+
+
+def test_helper():
+    assert _tested_helper() == 1
+"""
+
+
+def git(cwd, *args, input=None):
+    return subprocess.run(
+        ["git", *args],
+        cwd=cwd,
+        check=True,
+        capture_output=True,
+        text=True,
+        input=input,
+        env={
+            "PATH": "/usr/bin:/bin",
+            "GIT_AUTHOR_NAME": CALLER[0],
+            "GIT_AUTHOR_EMAIL": CALLER[1],
+            "GIT_COMMITTER_NAME": CALLER[0],
+            "GIT_COMMITTER_EMAIL": CALLER[1],
+        },
+    ).stdout
+
+
+def write(repo, rel, text):
+    path = repo / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+def commit(repo, subject):
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", subject)
+
+
+@pytest.fixture
+def repo(tmp_path, request):
+    """base: an upstream module; 1: the new module whole, upstream uses first_helper;
+    2: a test of _tested_helper; 3: upstream uses later_helper."""
+    module = getattr(request, "param", NEW_MODULE)
+    repo = tmp_path / "tree"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    write(repo, UPSTREAM, "def run(x):\n    return x\n")
+    commit(repo, "base")
+    git(repo, "tag", "base")
+    write(repo, NEW, module)
+    write(
+        repo,
+        UPSTREAM,
+        "from pkg._new import first_helper\n\n\ndef run(x):\n    return first_helper(x)\n",
+    )
+    commit(repo, "one")
+    write(repo, TEST, NEW_TEST)
+    commit(repo, "two")
+    write(
+        repo, UPSTREAM, (repo / UPSTREAM).read_text() + "\n\nPATHS = 'later_helper'\n"
+    )
+    commit(repo, "three")
+    return repo
+
+
+def show(repo, rev, rel):
+    return git(repo, "show", f"{rev}:{rel}")
+
+
+def test_unused_definitions_are_found_by_commit(repo):
+    unused = growth.unused_by_commit(str(repo), "base")
+    revs = git(repo, "rev-list", "--reverse", "base..HEAD").split()
+    # a registering decorator uses its function; a docstring uses nothing
+    assert unused[revs[0]] == [f"{NEW}: _tested_helper", f"{NEW}: later_helper"]
+    assert unused[revs[1]] == [f"{NEW}: later_helper"]
+    assert unused[revs[2]] == []
+
+
+def test_grow_brings_each_definition_with_its_first_user(repo):
+    head = show(repo, "HEAD", NEW)
+    assert growth.grow(str(repo), "base") == 2
+    assert show(repo, "HEAD", NEW) == head == NEW_MODULE
+    first = show(repo, "HEAD~2", NEW)
+    assert "def first_helper" in first and "def converter" in first
+    assert "LIMIT = 3" in first
+    assert "later_helper(" not in first and "_tested_helper" not in first
+    # the imports only the later definition used go with it
+    assert "import json" not in first and "import os" not in first
+    assert "_tested_helper" in show(repo, "HEAD~1", NEW)
+    assert "later_helper(" not in show(repo, "HEAD~1", NEW)
+    assert git(repo, "log", "--format=%s", "base..HEAD").split() == [
+        "three",
+        "two",
+        "one",
+    ]
+    assert growth.unused_by_commit(str(repo), "base") == {
+        rev: [] for rev in git(repo, "rev-list", "base..HEAD").split()
+    }
+    # a grown tree is a fixed point
+    assert growth.grow(str(repo), "base") == 0
+
+
+ORPHAN = NEW_MODULE + "\n\ndef orphan():\n    return 0\n"
+
+
+@pytest.mark.parametrize("repo", [ORPHAN], indirect=True)
+def test_a_definition_nothing_ever_uses_stays_from_the_first_commit(repo):
+    growth.grow(str(repo), "base")
+    assert "def orphan" in show(repo, "HEAD~2", NEW)
+    assert show(repo, "HEAD", NEW) == ORPHAN
+    assert growth.unused_by_commit(str(repo), "base")[
+        git(repo, "rev-parse", "HEAD").strip()
+    ] == [f"{NEW}: orphan"]
+
+
+def test_the_module_text_keeps_its_comments_and_formatting():
+    module = growth.Module(NEW, NEW_MODULE)
+    kept = set(module.definitions) - {"later_helper"}
+    text = growth.grown_source(module, kept)
+    assert text.startswith('"""A new module; its docstring names later_helper')
+    assert textwrap.dedent(text) == text
+    assert "def later_helper" not in text
+    assert growth.grown_source(module, set(module.definitions)) == NEW_MODULE
+
+
+def test_a_module_arrives_with_the_first_commit_that_imports_it(tmp_path):
+    repo = tmp_path / "tree"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    write(repo, UPSTREAM, "def run(x):\n    return x\n")
+    commit(repo, "base")
+    git(repo, "tag", "base")
+    write(
+        repo, "py/pkg/_pass.py", '"""A pass."""\n\n\ndef rewrite(gm):\n    return gm\n'
+    )
+    commit(repo, "the pass")
+    write(repo, UPSTREAM, "from pkg._pass import rewrite\n\nPASSES = [rewrite]\n")
+    commit(repo, "registered")
+    first = git(repo, "rev-parse", "HEAD~").strip()
+    assert growth.unused_by_commit(str(repo), "base")[first] == [
+        "py/pkg/_pass.py: (imported by nothing)"
+    ]
+    assert growth.grow(str(repo), "base") == 1
+    assert git(repo, "show", "--name-status", "--format=", "HEAD~").strip() == ""
+    assert git(repo, "show", "--name-status", "--format=", "HEAD").split() == [
+        "A",
+        "py/pkg/_pass.py",
+        "M",
+        UPSTREAM,
+    ]
