@@ -24,6 +24,7 @@ def test_the_real_series():
         "engine-outputs",
         "plugins",
         "buffer-state",
+        "alias-map",
         "runtime",
         "state-contract",
         "docs",
@@ -41,18 +42,20 @@ def test_the_real_series():
 
 
 def test_every_piece_is_reviewable():
-    """At most ~1.5k inserted lines outside tests: patches' added lines and new files."""
+    """At most ~1.5k inserted lines outside tests: what its mails add (new files grow
+    in the mails, so a file counts in each piece by what that piece adds to it), and
+    its piece files."""
     sizes = {}
     for piece in series.read_series():
         added = sum(
             1
             for p in piece.patches
             for section in re.split(r"^(?=diff --git )", p.diff, flags=re.M)
-            if not re.match(r"diff --git \S+ \S+\nnew file mode ", section)
+            if not re.match(r"diff --git a/tests/", section)
             for line in section.splitlines()
             if line.startswith("+") and not line.startswith("+++")
         )
-        for f in piece.new_files:
+        for f in piece.files:
             if not f.startswith("tests/"):
                 with open(os.path.join(series.REPO_ROOT, f), encoding="utf-8") as text:
                     added += len(text.read().splitlines())

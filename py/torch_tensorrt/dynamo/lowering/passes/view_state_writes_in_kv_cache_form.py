@@ -52,8 +52,6 @@ from torch_tensorrt.dynamo.lowering.passes.pass_utils import (
 
 logger = logging.getLogger(__name__)
 
-_WRITES = (torch.ops.aten.slice_scatter.default, torch.ops.aten.index_copy.default)
-
 
 def _call(
     graph: torch.fx.Graph, target: Any, args: Tuple[Any, ...], val: Any
