@@ -119,6 +119,29 @@ def test_the_mails_carry_the_working_view_s_new_files():
                 assert carried.get(rel) == f.read(), rel
 
 
+LATER = re.compile(
+    r'(tests/[\w/]+\.py)(\s+\(it comes with the later commit "([^"]+)"\))?'
+)
+
+
+def test_a_cited_test_file_is_there_or_said_to_come_later():
+    """A test file a mail's description cites is in the tree its commit makes, or the
+    citation names the later commit that brings it (by that commit's subject)."""
+    patches = series.all_patches(series.read_series())
+    creator = {f: p for p in patches for f in p.created_files()}
+    there = set()
+    for patch in patches:
+        there |= set(patch.created_files())
+        text = re.sub(r"\s+", " ", patch.description)
+        for path, later, subject in LATER.findall(text):
+            if not path.startswith("tests/py/") or path not in creator:
+                continue
+            if path in there:
+                assert not later, (patch.name, path, "is there already")
+            else:
+                assert subject == creator[path].subject, (patch.name, path)
+
+
 def test_a_mail_is_parsed_into_subject_description_fields_and_diff(tmp_path):
     text = mail(
         "fix(x): a subject folded\n over two lines",

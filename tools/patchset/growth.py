@@ -371,7 +371,11 @@ def plan(history: History) -> Dict[str, Dict[str, Optional[str]]]:
 
 
 def _commit_tree(
-    repo: str, commit: str, parent: str, files: Dict[str, Optional[str]]
+    repo: str,
+    commit: str,
+    parent: str,
+    files: Dict[str, Optional[str]],
+    message: Optional[str] = None,
 ) -> str:
     """A commit like ``commit`` on ``parent`` with ``files`` (path -> text) in its tree."""
     import os
@@ -401,9 +405,10 @@ def _commit_tree(
                 run(["update-index", "--force-remove", path])
                 continue
             blob = run(["hash-object", "-w", "--stdin"], text).strip()
-            run(["update-index", "--cacheinfo", f"100644,{blob},{path}"])
+            run(["update-index", "--add", "--cacheinfo", f"100644,{blob},{path}"])
         tree = run(["write-tree"]).strip()
-        message = git(repo, ["log", "-1", "--format=%B", commit])
+        if message is None:
+            message = git(repo, ["log", "-1", "--format=%B", commit])
         author = git(repo, ["log", "-1", "--format=%an%x00%ae%x00%ad", commit]).strip()
         name, email, date = author.split("\x00")
         env.update(GIT_AUTHOR_NAME=name, GIT_AUTHOR_EMAIL=email, GIT_AUTHOR_DATE=date)
@@ -414,19 +419,25 @@ def _commit_tree(
 
 
 def rewrite(
-    repo: str, base: str, sources: Dict[str, Dict[str, Optional[str]]]
+    repo: str,
+    base: str,
+    sources: Dict[str, Dict[str, Optional[str]]],
+    messages: Optional[Dict[str, str]] = None,
 ) -> Dict[str, str]:
     """Rewrite ``base..HEAD`` of ``repo``, each commit with ``sources[commit]``'s files
-    (path -> text) in its tree; return old -> new commit.
+    (path -> text, None: absent) in its tree and ``messages[commit]`` as its message
+    where given; return old -> new commit.
 
-    Messages and authors are kept; the branches pointing into the history are moved
+    Other messages, and the authors, are kept; the branches pointing into the history are moved
     to the rewritten commits, and the work tree is reset to the new ``HEAD``.
     """
     history = History(repo, base)
     mapping: Dict[str, str] = {}
     parent = git(repo, ["rev-parse", base]).strip()
     for commit in history.commits:
-        parent = _commit_tree(repo, commit, parent, sources.get(commit, {}))
+        parent = _commit_tree(
+            repo, commit, parent, sources.get(commit, {}), (messages or {}).get(commit)
+        )
         mapping[commit] = parent
     refs = git(
         repo, ["for-each-ref", "--format=%(refname) %(objectname)", "refs/heads"]
