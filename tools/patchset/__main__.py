@@ -5,7 +5,17 @@ import sys
 import tempfile
 from typing import Any, Callable, List
 
-from . import PatchsetError, export, flavour_from_env, growth, prefixes, series, tree
+from . import (
+    PatchsetError,
+    commit_tests,
+    export,
+    flavour_from_env,
+    git,
+    growth,
+    prefixes,
+    series,
+    tree,
+)
 from . import wheelbuild
 
 FLAVOUR_CHOICES = ["standard", "rtx"]
@@ -78,6 +88,32 @@ def main(argv: List[str]) -> int:
     p.add_argument("--flavour", choices=FLAVOUR_CHOICES)
     p = command("refresh", refresh, "patches/ and new files from that tree")
     p.add_argument("tree")
+
+    def run_commit_tests(args: argparse.Namespace) -> str:
+        python = args.python or sys.executable
+        package = commit_tests.installed_package(python)
+        runs = commit_tests.run_at_commits(
+            args.tree, tree.BASE_TAG, args.tests, package, python
+        )
+        failed = []
+        for commit, test, found, summary in runs:
+            subject = git(args.tree, ["log", "-1", "--format=%s", commit]).strip()
+            bad = sorted(t for t, s in found.items() if s == "fail")
+            print(f"{'FAIL' if bad else 'ok  '} {test} at {subject[:60]}: {summary}")
+            if bad:
+                failed.append(f"{test} at '{subject}' ({', '.join(bad)})")
+        if failed:
+            raise PatchsetError(f"{len(failed)} run(s) fail: {'; '.join(failed)}")
+        return f"{len(runs)} run(s), each commit's tests pass at that commit"
+
+    p = command(
+        "commit-tests", run_commit_tests, "test files at each commit having them"
+    )
+    p.add_argument("tree")
+    p.add_argument("tests", nargs="+", help="test files, relative to the tree")
+    p.add_argument(
+        "--python", help="a python whose torch_tensorrt is the patched wheel"
+    )
     p = command(
         "grow", grow, "each definition of a new file in its first user's commit"
     )

@@ -1,0 +1,90 @@
+"""commit_tests: a test file run at every commit that has it, against that commit's code."""
+
+import subprocess
+import sys
+
+from conftest import CALLER
+from patchset import commit_tests
+
+INIT = "py/torch_tensorrt/__init__.py"
+TEST = "tests/py/test_value.py"
+
+
+def git(cwd, *args):
+    return subprocess.run(
+        ["git", *args],
+        cwd=cwd,
+        check=True,
+        capture_output=True,
+        text=True,
+        env={
+            "PATH": "/usr/bin:/bin",
+            "GIT_AUTHOR_NAME": CALLER[0],
+            "GIT_AUTHOR_EMAIL": CALLER[1],
+            "GIT_COMMITTER_NAME": CALLER[0],
+            "GIT_COMMITTER_EMAIL": CALLER[1],
+        },
+    ).stdout
+
+
+def commit(repo, subject, files):
+    for rel, text in files.items():
+        path = repo / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", subject)
+    return git(repo, "rev-parse", "HEAD").strip()
+
+
+def test_each_commit_s_tests_run_against_that_commit_s_code(tmp_path):
+    # an installed package: its compiled part (here a data file) is shared by
+    # every commit, its .py files are the commit's
+    package = tmp_path / "installed" / "torch_tensorrt"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("VALUE = 'installed'\n")
+    (package / "_compiled.txt").write_text("shared\n")
+    repo = tmp_path / "tree"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    commit(repo, "base", {INIT: "VALUE = 1\n"})
+    git(repo, "tag", "base")
+    test_one = (
+        "import os\n\nimport torch_tensorrt\n\n\n"
+        "def test_one():\n    assert torch_tensorrt.VALUE >= 1\n"
+        "    here = os.path.dirname(torch_tensorrt.__file__)\n"
+        "    assert open(os.path.join(here, '_compiled.txt')).read() == 'shared\\n'\n"
+    )
+    first = commit(repo, "a test", {TEST: test_one})
+    test_two = test_one + "\n\ndef test_two():\n    assert torch_tensorrt.VALUE == 2\n"
+    second = commit(repo, "a test before its change", {TEST: test_two})
+    third = commit(repo, "the change", {INIT: "VALUE = 2\n"})
+    runs = commit_tests.run_at_commits(
+        str(repo), "base", [TEST], str(package), sys.executable
+    )
+    by_commit = {c: found for c, _, found, _ in runs}
+    assert list(by_commit) == [first, second, third]
+    assert set(by_commit[first].values()) == {"pass"}
+    assert sorted(by_commit[second].values()) == ["fail", "pass"]
+    assert set(by_commit[third].values()) == {"pass"}
+    assert len(by_commit[third]) == 2
+
+
+def test_a_file_that_does_not_collect_is_a_failure(tmp_path):
+    package = tmp_path / "installed" / "torch_tensorrt"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    repo = tmp_path / "tree"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    commit(repo, "base", {INIT: "VALUE = 1\n"})
+    git(repo, "tag", "base")
+    commit(
+        repo,
+        "a test of a later helper",
+        {TEST: "from torch_tensorrt import LATER\n\n\ndef test_x():\n    pass\n"},
+    )
+    ((_, _, found, _),) = commit_tests.run_at_commits(
+        str(repo), "base", [TEST], str(package), sys.executable
+    )
+    assert "fail" in found.values()
