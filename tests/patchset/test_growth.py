@@ -12,7 +12,7 @@ NEW = "py/pkg/_new.py"
 TEST = "tests/py/test_new.py"
 
 NEW_MODULE = '''\
-"""A new module; its docstring names later_helper, which does not use it."""
+"""A new module; its docstring names ``later_helper``, which does not use it."""
 
 import json
 import os
@@ -158,7 +158,7 @@ def test_the_module_text_keeps_its_comments_and_formatting():
     module = growth.Module(NEW, NEW_MODULE)
     kept = set(module.definitions) - {"later_helper"}
     text = growth.grown_source(module, kept)
-    assert text.startswith('"""A new module; its docstring names later_helper')
+    assert text.startswith('"""A new module; its docstring names ``later_helper``')
     assert textwrap.dedent(text) == text
     assert "def later_helper" not in text
     assert growth.grown_source(module, set(module.definitions)) == NEW_MODULE
@@ -189,3 +189,16 @@ def test_a_module_arrives_with_the_first_commit_that_imports_it(tmp_path):
         "M",
         UPSTREAM,
     ]
+
+
+def test_a_module_docstring_naming_a_later_definition_is_found(repo):
+    revs = git(repo, "rev-list", "--reverse", "base..HEAD").split()
+    assert growth.docstrings_ahead(str(repo), "base") == {r: [] for r in revs}
+    growth.grow(str(repo), "base")
+    revs = git(repo, "rev-list", "--reverse", "base..HEAD").split()
+    # after growing, the docstring names later_helper before the commit bringing it
+    assert growth.docstrings_ahead(str(repo), "base") == {
+        revs[0]: [f"{NEW}: later_helper"],
+        revs[1]: [f"{NEW}: later_helper"],
+        revs[2]: [],
+    }

@@ -164,6 +164,10 @@ def test_contributing_s_plain_git_am_applies_the_series_to_the_2_14_0_sources(tm
     assert unused[revs[-1]] == UNUSED_AT_THE_END
     for rev, patch in zip(revs, patches):
         assert set(unused[rev]) <= set(UNUSED_AT_THE_END), (patch.name, unused[rev])
+    ahead = growth.docstrings_ahead(str(base), revs[0] + "~")
+    assert {
+        patch.name: ahead[rev] for rev, patch in zip(revs, patches) if ahead[rev]
+    } == {}
 
 
 def test_refresh_refuses_dirty_trees_and_stray_heads(work, tmp_path):

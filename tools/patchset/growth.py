@@ -253,6 +253,34 @@ def unused_by_commit(repo: str, base: str) -> Dict[str, List[str]]:
     return found
 
 
+_DOC_REFERENCE = re.compile(r"[`:]([A-Za-z_][A-Za-z0-9_]*)`")
+
+
+def docstrings_ahead(repo: str, base: str) -> Dict[str, List[str]]:
+    """``commit -> ["path: name"]``: a new module's docstring naming (``name`` or
+    :func:`name`) a definition of that module that a later commit brings. A module
+    docstring describes what its commit holds; :func:`grow` moves definitions, not
+    the prose about them, so such a sentence is for the commit that brings them."""
+    history = History(repo, base)
+    last = _tree_files(repo, history.commits[-1])
+    final: Dict[str, Set[str]] = {}
+    found = {}
+    for commit in history.commits:
+        ahead = []
+        for m in history.analyse(commit)[0]:
+            if not m.path.startswith("py/") or m.path not in last:
+                continue
+            if m.path not in final:
+                final[m.path] = set(
+                    Module(m.path, history.source(last[m.path])).definitions
+                )
+            doc = ast.get_docstring(m.tree) or ""
+            later = set(_DOC_REFERENCE.findall(doc)) & final[m.path]
+            ahead += [f"{m.path}: {n}" for n in sorted(later - set(m.definitions))]
+        found[commit] = ahead
+    return found
+
+
 def _comment_start(lines: List[str], first: int) -> int:
     """The first line (0-based) of the comments directly above line ``first``."""
     while first > 0 and lines[first - 1].lstrip().startswith("#"):
