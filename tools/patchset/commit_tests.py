@@ -34,9 +34,11 @@ def _extract(repo: str, commit: str, paths: Sequence[str], dest: str) -> None:
 def commit_root(repo: str, commit: str, package: str, dest: str) -> Tuple[str, str]:
     """``(pythonpath, rootdir)`` of ``commit``: its package and its tests at ``dest``."""
     site = os.path.join(dest, "site")
-    shutil.copytree(package, os.path.join(site, "torch_tensorrt"))
-    for f in glob.glob(os.path.join(site, "**", "*.py"), recursive=True):
-        os.unlink(f)
+    shutil.copytree(
+        package,
+        os.path.join(site, "torch_tensorrt"),
+        ignore=shutil.ignore_patterns("*.py", "__pycache__"),
+    )
     root = os.path.join(dest, "root")
     os.makedirs(root)
     _extract(repo, commit, ["py/torch_tensorrt", "tests"], root)
@@ -80,6 +82,8 @@ def run_at_commits(
     commit ``until[test]`` where given); ``(commit, test, outcomes, summary)`` each,
     a run that collects nothing counting as a failure."""
     revs = git(repo, ["rev-list", "--reverse", f"{base}..HEAD"]).split()
+    if os.sep in python:  # the tests run from each commit's own directory
+        python = os.path.abspath(python)
     results = []
     with tempfile.TemporaryDirectory(prefix="commit-tests-") as work:
         roots: Dict[str, Tuple[str, str]] = {}
