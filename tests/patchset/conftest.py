@@ -5,6 +5,7 @@ never import torch_tensorrt from the source tree.
 """
 
 import os
+import subprocess
 import sys
 
 TOOLS = os.path.join(
@@ -22,6 +23,40 @@ import pytest  # noqa: E402
 BENCH = os.path.join(TOOLS, "bench")
 
 CALLER = ("Test Caller", "caller@example.org")
+
+
+def git_as_caller(cwd, *args, input=None):
+    """git in a throwaway repository, as the caller, with no configuration of the host."""
+    return subprocess.run(
+        ["git", *args],
+        cwd=cwd,
+        check=True,
+        capture_output=True,
+        text=True,
+        input=input,
+        env={
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "GIT_AUTHOR_NAME": CALLER[0],
+            "GIT_AUTHOR_EMAIL": CALLER[1],
+            "GIT_COMMITTER_NAME": CALLER[0],
+            "GIT_COMMITTER_EMAIL": CALLER[1],
+            "GIT_CONFIG_GLOBAL": os.devnull,
+            "GIT_CONFIG_NOSYSTEM": "1",
+        },
+    ).stdout
+
+
+def new_repository(path, files):
+    """A git repository at ``path`` with one commit of ``files``, tagged ``base``."""
+    path.mkdir(parents=True)
+    git_as_caller(path, "init", "-q", "-b", "main")
+    for rel, text in files.items():
+        (path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (path / rel).write_text(text)
+    git_as_caller(path, "add", "-A")
+    git_as_caller(path, "commit", "-qm", "base")
+    git_as_caller(path, "tag", "base")
+    return path
 
 
 @pytest.fixture(autouse=True)

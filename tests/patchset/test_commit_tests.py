@@ -1,30 +1,23 @@
 """commit_tests: a test file run at every commit that has it, against that commit's code."""
 
-import subprocess
 import sys
 
-from conftest import CALLER
+from conftest import git_as_caller as git
+from conftest import new_repository
 from patchset import commit_tests
 
 INIT = "py/torch_tensorrt/__init__.py"
 TEST = "tests/py/test_value.py"
 
 
-def git(cwd, *args):
-    return subprocess.run(
-        ["git", *args],
-        cwd=cwd,
-        check=True,
-        capture_output=True,
-        text=True,
-        env={
-            "PATH": "/usr/bin:/bin",
-            "GIT_AUTHOR_NAME": CALLER[0],
-            "GIT_AUTHOR_EMAIL": CALLER[1],
-            "GIT_COMMITTER_NAME": CALLER[0],
-            "GIT_COMMITTER_EMAIL": CALLER[1],
-        },
-    ).stdout
+def installed(tmp_path, init):
+    """An installed package: its compiled part (here a data file) is shared by every
+    commit, its .py files are the commit's."""
+    package = tmp_path / "installed" / "torch_tensorrt"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text(init)
+    (package / "_compiled.txt").write_text("shared\n")
+    return package
 
 
 def commit(repo, subject, files):
@@ -38,17 +31,8 @@ def commit(repo, subject, files):
 
 
 def test_each_commit_s_tests_run_against_that_commit_s_code(tmp_path):
-    # an installed package: its compiled part (here a data file) is shared by
-    # every commit, its .py files are the commit's
-    package = tmp_path / "installed" / "torch_tensorrt"
-    package.mkdir(parents=True)
-    (package / "__init__.py").write_text("VALUE = 'installed'\n")
-    (package / "_compiled.txt").write_text("shared\n")
-    repo = tmp_path / "tree"
-    repo.mkdir()
-    git(repo, "init", "-q", "-b", "main")
-    commit(repo, "base", {INIT: "VALUE = 1\n"})
-    git(repo, "tag", "base")
+    package = installed(tmp_path, "VALUE = 'installed'\n")
+    repo = new_repository(tmp_path / "tree", {INIT: "VALUE = 1\n"})
     test_one = (
         "import os\n\nimport torch_tensorrt\n\n\n"
         "def test_one():\n    assert torch_tensorrt.VALUE >= 1\n"
@@ -68,17 +52,16 @@ def test_each_commit_s_tests_run_against_that_commit_s_code(tmp_path):
     assert sorted(by_commit[second].values()) == ["fail", "pass"]
     assert set(by_commit[third].values()) == {"pass"}
     assert len(by_commit[third]) == 2
+    # up to a commit only
+    runs = commit_tests.run_at_commits(
+        str(repo), "base", [TEST], str(package), sys.executable, {TEST: second}
+    )
+    assert [c for c, _, _, _ in runs] == [first, second]
 
 
 def test_a_file_that_does_not_collect_is_a_failure(tmp_path):
-    package = tmp_path / "installed" / "torch_tensorrt"
-    package.mkdir(parents=True)
-    (package / "__init__.py").write_text("")
-    repo = tmp_path / "tree"
-    repo.mkdir()
-    git(repo, "init", "-q", "-b", "main")
-    commit(repo, "base", {INIT: "VALUE = 1\n"})
-    git(repo, "tag", "base")
+    package = installed(tmp_path, "")
+    repo = new_repository(tmp_path / "tree", {INIT: "VALUE = 1\n"})
     commit(
         repo,
         "a test of a later helper",

@@ -1,10 +1,9 @@
 """growth: a new file's definitions arrive with the first commit that uses them."""
 
-import subprocess
 import textwrap
 
 import pytest
-from conftest import CALLER
+from conftest import git_as_caller, new_repository
 from patchset import growth
 
 UPSTREAM = "py/pkg/upstream.py"
@@ -48,22 +47,7 @@ def test_helper():
 """
 
 
-def git(cwd, *args, input=None):
-    return subprocess.run(
-        ["git", *args],
-        cwd=cwd,
-        check=True,
-        capture_output=True,
-        text=True,
-        input=input,
-        env={
-            "PATH": "/usr/bin:/bin",
-            "GIT_AUTHOR_NAME": CALLER[0],
-            "GIT_AUTHOR_EMAIL": CALLER[1],
-            "GIT_COMMITTER_NAME": CALLER[0],
-            "GIT_COMMITTER_EMAIL": CALLER[1],
-        },
-    ).stdout
+git = git_as_caller
 
 
 def write(repo, rel, text):
@@ -82,12 +66,7 @@ def repo(tmp_path, request):
     """base: an upstream module; 1: the new module whole, upstream uses first_helper;
     2: a test of _tested_helper; 3: upstream uses later_helper."""
     module = getattr(request, "param", NEW_MODULE)
-    repo = tmp_path / "tree"
-    repo.mkdir()
-    git(repo, "init", "-q", "-b", "main")
-    write(repo, UPSTREAM, "def run(x):\n    return x\n")
-    commit(repo, "base")
-    git(repo, "tag", "base")
+    repo = new_repository(tmp_path / "tree", {UPSTREAM: "def run(x):\n    return x\n"})
     write(repo, NEW, module)
     write(
         repo,
@@ -165,12 +144,7 @@ def test_the_module_text_keeps_its_comments_and_formatting():
 
 
 def test_a_module_arrives_with_the_first_commit_that_imports_it(tmp_path):
-    repo = tmp_path / "tree"
-    repo.mkdir()
-    git(repo, "init", "-q", "-b", "main")
-    write(repo, UPSTREAM, "def run(x):\n    return x\n")
-    commit(repo, "base")
-    git(repo, "tag", "base")
+    repo = new_repository(tmp_path / "tree", {UPSTREAM: "def run(x):\n    return x\n"})
     write(
         repo, "py/pkg/_pass.py", '"""A pass."""\n\n\ndef rewrite(gm):\n    return gm\n'
     )

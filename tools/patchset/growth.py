@@ -2,7 +2,7 @@
 
 A new module (or test helper) that arrives whole in its first commit ships code
 for later commits: dead code in its own piece, and later diffs that do not show
-what their descriptions talk about. :func:`unused_definitions` finds, in one
+what their descriptions talk about. :func:`unused_by_commit` finds, in each
 commit of a patched tree, the top-level definitions of the series' new files that
 nothing in that commit's tree uses; :func:`grow` rewrites a tree's history so that
 each definition arrives with the first commit that uses it (the last commit's
@@ -15,12 +15,13 @@ Names shared by unrelated code make it keep a definition, never drop one.
 """
 
 import ast
-import io
+import os
 import re
-import tokenize
+import subprocess
+import tempfile
 from typing import Dict, FrozenSet, Iterable, List, Optional, Sequence, Set, Tuple
 
-from . import git
+from . import git, git_env
 
 # Decorators that do not register their function anywhere: a function carrying
 # only these is used only where its name is.
@@ -221,36 +222,27 @@ class History:
         return present, kept, absent
 
 
-def unused_definitions(repo: str, base: str, commit: str) -> List[str]:
-    """``path: name`` of each new file's definition that nothing at ``commit`` uses."""
-    modules, kept, absent = History(repo, base, commit).analyse(commit)
+def _unused(
+    modules: Sequence[Module], kept: Dict[str, Set[str]], absent: Set[str]
+) -> List[str]:
+    """``path: name`` of each definition nothing uses, ``path: (imported by nothing)``
+    of each module nothing imports."""
     return sorted(
         [
-            f"{m.path}: {name}"
+            f"{m.path}: {n}"
             for m in modules
-            for name in m.definitions
-            if name not in kept[m.path]
+            for n in m.definitions
+            if n not in kept[m.path]
         ]
         + [f"{path}: (imported by nothing)" for path in absent]
     )
 
 
 def unused_by_commit(repo: str, base: str) -> Dict[str, List[str]]:
-    """:func:`unused_definitions` of every commit of ``base..HEAD``."""
+    """For every commit of ``base..HEAD``: the new files' definitions its tree does
+    not use and the new modules nothing imports (:func:`_unused`)."""
     history = History(repo, base)
-    found = {}
-    for commit in history.commits:
-        modules, kept, absent = history.analyse(commit)
-        found[commit] = sorted(
-            [
-                f"{m.path}: {name}"
-                for m in modules
-                for name in m.definitions
-                if name not in kept[m.path]
-            ]
-            + [f"{path}: (imported by nothing)" for path in absent]
-        )
-    return found
+    return {c: _unused(*history.analyse(c)) for c in history.commits}
 
 
 _DOC_REFERENCE = re.compile(r"[`:]([A-Za-z_][A-Za-z0-9_]*)`")
@@ -288,7 +280,7 @@ def _comment_start(lines: List[str], first: int) -> int:
     return first
 
 
-def _without(source: str, tree: ast.Module, drop: Iterable[ast.stmt]) -> str:
+def _without(source: str, drop: Iterable[ast.stmt]) -> str:
     lines = source.splitlines(keepends=True)
     gone: Set[int] = set()
     for node in drop:
@@ -356,7 +348,7 @@ def grown_source(module: Module, kept: Set[str]) -> str:
     ]
     if not drop:
         return module.source
-    text = _without(module.source, module.tree, drop)
+    text = _without(module.source, drop)
     return _format(_unused_imports(text))
 
 
@@ -405,16 +397,10 @@ def _commit_tree(
     files: Dict[str, Optional[str]],
     message: Optional[str] = None,
 ) -> str:
-    """A commit like ``commit`` on ``parent`` with ``files`` (path -> text) in its tree."""
-    import os
-    import subprocess
-    import tempfile
-
-    from . import git_env
-
-    index = tempfile.mktemp(prefix="growth-index-")
-    env = dict(git_env(), GIT_INDEX_FILE=index)
-    try:
+    """A commit like ``commit`` on ``parent`` with ``files`` (path -> text, None:
+    removed) in its tree; a file keeps its mode where ``commit`` has it."""
+    with tempfile.TemporaryDirectory(prefix="growth-") as work:
+        env = dict(git_env(), GIT_INDEX_FILE=os.path.join(work, "index"))
 
         def run(args: Sequence[str], text: Optional[str] = None) -> str:
             out = subprocess.run(
@@ -432,8 +418,10 @@ def _commit_tree(
             if text is None:
                 run(["update-index", "--force-remove", path])
                 continue
+            staged = run(["ls-files", "-s", "--", path]).split()
+            mode = staged[0] if staged else "100644"
             blob = run(["hash-object", "-w", "--stdin"], text).strip()
-            run(["update-index", "--add", "--cacheinfo", f"100644,{blob},{path}"])
+            run(["update-index", "--add", "--cacheinfo", f"{mode},{blob},{path}"])
         tree = run(["write-tree"]).strip()
         if message is None:
             message = git(repo, ["log", "-1", "--format=%B", commit])
@@ -441,9 +429,6 @@ def _commit_tree(
         name, email, date = author.split("\x00")
         env.update(GIT_AUTHOR_NAME=name, GIT_AUTHOR_EMAIL=email, GIT_AUTHOR_DATE=date)
         return run(["commit-tree", tree, "-p", parent], message).strip()
-    finally:
-        if os.path.exists(index):
-            os.unlink(index)
 
 
 def rewrite(
