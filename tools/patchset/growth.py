@@ -11,6 +11,7 @@ files are left byte for byte as they were).
 "Used" is by name: a definition is used when its name appears in an upstream
 file of the tree, in a test or fixture, in a registering decorator's function,
 or in a definition that is itself used (strings count, for ``mock.patch`` paths).
+An import inside a ``try`` that catches ``ImportError`` is optional and brings nothing.
 Names shared by unrelated code make it keep a definition, never drop one.
 """
 
@@ -37,15 +38,36 @@ _UNPATCHED = ("py/torch_tensorrt/fx/",)
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
+def _catches_import_error(node: ast.Try) -> bool:
+    for handler in node.handlers:
+        caught = handler.type
+        names = caught.elts if isinstance(caught, ast.Tuple) else [caught]
+        if any(
+            isinstance(n, ast.Name) and n.id in ("ImportError", "ModuleNotFoundError")
+            for n in names
+        ):
+            return True
+    return False
+
+
 def _walk(node: ast.AST) -> Iterable[ast.AST]:
-    """``ast.walk`` without docstrings (a string statement runs nothing)."""
+    """``ast.walk`` without docstrings (a string statement runs nothing) and without
+    optional imports (those of a ``try`` that catches ``ImportError``: code that
+    works without the module does not bring it)."""
     todo = [node]
     while todo:
         sub = todo.pop()
         if isinstance(sub, ast.Expr) and isinstance(sub.value, ast.Constant):
             continue
         yield sub
-        todo.extend(ast.iter_child_nodes(sub))
+        children = list(ast.iter_child_nodes(sub))
+        if isinstance(sub, ast.Try) and _catches_import_error(sub):
+            children = [
+                c
+                for c in children
+                if c not in sub.body or not isinstance(c, (ast.Import, ast.ImportFrom))
+            ]
+        todo.extend(children)
 
 
 def _names(node: ast.AST) -> Set[str]:
