@@ -182,7 +182,9 @@ def test_an_optional_import_does_not_bring_a_module(tmp_path):
     """A test that imports a module inside ``try``/``except ImportError`` works
     without it: the module arrives with the commit whose code imports it."""
     repo = new_repository(tmp_path / "tree", {UPSTREAM: "def run(x):\n    return x\n"})
-    write(repo, "py/pkg/_plan.py", '"""A planner."""\n\n\ndef plan(gm):\n    return gm\n')
+    write(
+        repo, "py/pkg/_plan.py", '"""A planner."""\n\n\ndef plan(gm):\n    return gm\n'
+    )
     write(
         repo,
         TEST,
