@@ -715,9 +715,7 @@ class TestStateUpdatePatternsOnCpu(TestCase):
         if STATE_PLAN:
             # the state plan's decision, once per state, with its reason
             plan_lines = [
-                line
-                for line in logs.output
-                if "_state_plan" in line and "state cache (int32): copy" in line
+                line for line in logs.output if "state cache (int32): copy" in line
             ]
             self.assertEqual(len(plan_lines), 2, logs.output)
             for line in plan_lines:
