@@ -5,12 +5,17 @@ No graph dump, no traceback logged before the exception raised, and the
 ``dynamo_tensorrt_converter`` call that would add the missing converter.
 """
 
+import sys
 import unittest
+from pathlib import Path
 
 import torch
 import torch_tensorrt
 from torch.testing._internal.common_utils import TestCase, run_tests
 from torch_tensorrt import ENABLED_FEATURES
+
+# the lowering tests' helpers (compile_on_cpu), also when this file runs alone
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lowering"))
 
 CPU_BUILDER = not torch.cuda.is_available() and ENABLED_FEATURES.tensorrt_rtx
 
