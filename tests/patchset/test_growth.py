@@ -143,11 +143,28 @@ def test_the_module_text_keeps_its_comments_and_formatting():
     assert growth.grown_source(module, set(module.definitions)) == NEW_MODULE
 
 
-def test_a_module_arrives_with_the_first_commit_that_imports_it(tmp_path):
+OPTIONAL_IMPORT = (
+    "try:\n    from pkg import _pass  # noqa: F401\n\n    PASS = True\n"
+    "except ImportError:\n    PASS = False\n\n\ndef test_run():\n"
+    "    assert PASS in (True, False)\n"
+)
+
+
+@pytest.mark.parametrize(
+    "beside",
+    [{}, {TEST: OPTIONAL_IMPORT}],
+    ids=["alone", "beside-a-test-importing-it-optionally"],
+)
+def test_a_module_arrives_with_the_first_commit_that_imports_it(tmp_path, beside):
+    """A new module arrives with the commit whose code imports it; a test that
+    imports it inside ``try``/``except ImportError`` works without it and does not
+    bring it."""
     repo = new_repository(tmp_path / "tree", {UPSTREAM: "def run(x):\n    return x\n"})
     write(
         repo, "py/pkg/_pass.py", '"""A pass."""\n\n\ndef rewrite(gm):\n    return gm\n'
     )
+    for rel, text in beside.items():
+        write(repo, rel, text)
     commit(repo, "the pass")
     write(repo, UPSTREAM, "from pkg._pass import rewrite\n\nPASSES = [rewrite]\n")
     commit(repo, "registered")
@@ -156,7 +173,9 @@ def test_a_module_arrives_with_the_first_commit_that_imports_it(tmp_path):
         "py/pkg/_pass.py: (imported by nothing)"
     ]
     assert growth.grow(str(repo), "base") == 1
-    assert git(repo, "show", "--name-status", "--format=", "HEAD~").strip() == ""
+    assert git(repo, "show", "--name-only", "--format=", "HEAD~").split() == list(
+        beside
+    )
     assert git(repo, "show", "--name-status", "--format=", "HEAD").split() == [
         "A",
         "py/pkg/_pass.py",
@@ -176,34 +195,3 @@ def test_a_module_docstring_naming_a_later_definition_is_found(repo):
         revs[1]: [f"{NEW}: later_helper"],
         revs[2]: [],
     }
-
-
-def test_an_optional_import_does_not_bring_a_module(tmp_path):
-    """A test that imports a module inside ``try``/``except ImportError`` works
-    without it: the module arrives with the commit whose code imports it."""
-    repo = new_repository(tmp_path / "tree", {UPSTREAM: "def run(x):\n    return x\n"})
-    write(
-        repo, "py/pkg/_plan.py", '"""A planner."""\n\n\ndef plan(gm):\n    return gm\n'
-    )
-    write(
-        repo,
-        TEST,
-        "try:\n    from pkg import _plan  # noqa: F401\n\n    PLAN = True\n"
-        "except ImportError:\n    PLAN = False\n\n\ndef test_run():\n"
-        "    assert PLAN in (True, False)\n",
-    )
-    commit(repo, "the test, optionally with the planner")
-    write(repo, UPSTREAM, "from pkg._plan import plan\n\nPASSES = [plan]\n")
-    commit(repo, "the planner registered")
-    first = git(repo, "rev-parse", "HEAD~").strip()
-    assert growth.unused_by_commit(str(repo), "base")[first] == [
-        "py/pkg/_plan.py: (imported by nothing)"
-    ]
-    assert growth.grow(str(repo), "base") == 1
-    assert git(repo, "show", "--name-only", "--format=", "HEAD~").split() == [TEST]
-    assert git(repo, "show", "--name-status", "--format=", "HEAD").split() == [
-        "A",
-        "py/pkg/_plan.py",
-        "M",
-        UPSTREAM,
-    ]
