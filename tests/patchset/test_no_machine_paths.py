@@ -12,6 +12,9 @@ from patchset import REPO_ROOT
 MACHINE_PATH = re.compile(r"(?<![\w.<])/(?:tmp/\w|opt/|root/|home/\w|work/\w|Users/\w)")
 
 
+THIS_FILE = "tests/patchset/test_no_machine_paths.py"
+
+
 def machine_paths(text):
     return [line for line in text.splitlines() if MACHINE_PATH.search(line)]
 
@@ -21,6 +24,8 @@ def _tracked_texts():
         ["git", "ls-files", "-z"], cwd=REPO_ROOT, capture_output=True, check=True
     ).stdout.split(b"\0")
     for name in filter(None, (n.decode() for n in names)):
+        if name == THIS_FILE:
+            continue  # its examples of what the pattern finds
         with open(f"{REPO_ROOT}/{name}", "rb") as f:
             data = f.read()
         if name.endswith(".xz"):
