@@ -184,7 +184,20 @@ def test_a_module_arrives_with_the_first_commit_that_imports_it(tmp_path, beside
     ]
 
 
-def test_a_module_docstring_naming_a_later_definition_is_found(repo):
+# the same sentence in a function's docstring instead of the module's
+FUNCTION_DOCSTRING = NEW_MODULE.replace(
+    "its docstring names ``later_helper``, which does not use it.",
+    "a function's docstring names a later one.",
+).replace(
+    "def first_helper(x):\n",
+    'def first_helper(x):\n    """At most ``LIMIT``; :func:`later_helper` uses it."""\n',
+)
+
+
+@pytest.mark.parametrize(
+    "repo", [NEW_MODULE, FUNCTION_DOCSTRING], ids=["module", "function"], indirect=True
+)
+def test_a_docstring_naming_a_later_definition_is_found(repo):
     revs = git(repo, "rev-list", "--reverse", "base..HEAD").split()
     assert growth.docstrings_ahead(str(repo), "base") == {r: [] for r in revs}
     growth.grow(str(repo), "base")

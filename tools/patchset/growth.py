@@ -270,11 +270,23 @@ def unused_by_commit(repo: str, base: str) -> Dict[str, List[str]]:
 _DOC_REFERENCE = re.compile(r"[`:]([A-Za-z_][A-Za-z0-9_]*)`")
 
 
+def _docstrings(tree: ast.Module) -> Iterable[str]:
+    """The docstrings of a module: its own, and those of its classes and functions."""
+    for node in ast.walk(tree):
+        if isinstance(
+            node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
+        ):
+            doc = ast.get_docstring(node)
+            if doc:
+                yield doc
+
+
 def docstrings_ahead(repo: str, base: str) -> Dict[str, List[str]]:
-    """``commit -> ["path: name"]``: a new module's docstring naming (``name`` or
-    :func:`name`) a definition of that module that a later commit brings. A module
-    docstring describes what its commit holds; :func:`grow` moves definitions, not
-    the prose about them, so such a sentence is for the commit that brings them."""
+    """``commit -> ["path: name"]``: a docstring of a new module (the module's, a
+    class's or a function's) naming (``name`` or :func:`name`) a definition of that
+    module that a later commit brings. A docstring describes what its commit holds;
+    :func:`grow` moves definitions, not the prose about them, so such a sentence is
+    for the commit that brings them."""
     history = History(repo, base)
     last = _tree_files(repo, history.commits[-1])
     final: Dict[str, Set[str]] = {}
@@ -288,8 +300,10 @@ def docstrings_ahead(repo: str, base: str) -> Dict[str, List[str]]:
                 final[m.path] = set(
                     Module(m.path, history.source(last[m.path])).definitions
                 )
-            doc = ast.get_docstring(m.tree) or ""
-            later = set(_DOC_REFERENCE.findall(doc)) & final[m.path]
+            named = {
+                r for doc in _docstrings(m.tree) for r in _DOC_REFERENCE.findall(doc)
+            }
+            later = named & final[m.path]
             ahead += [f"{m.path}: {n}" for n in sorted(later - set(m.definitions))]
         found[commit] = ahead
     return found
