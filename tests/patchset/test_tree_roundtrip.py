@@ -89,7 +89,8 @@ def test_a_new_commit_is_a_new_patch_bringing_its_new_files(
     work, tmp_path, monkeypatch
 ):
     """Named from its subject, from the patch set (not the committer); its new
-    module and test carried in the mail and named in its Adds."""
+    module and test carried in the mail and named in its Adds; a test of this
+    repository's own files it adds is a file of its piece instead."""
     monkeypatch.setenv("GIT_AUTHOR_NAME", "Grace Hopper")
     monkeypatch.setenv("GIT_AUTHOR_EMAIL", "grace@example.org")
     enums = work / "py/torch_tensorrt/_enums.py"
@@ -97,6 +98,10 @@ def test_a_new_commit_is_a_new_patch_bringing_its_new_files(
     (work / "py/torch_tensorrt/dynamo/_demo_module.py").write_text("X = 1\n")
     (work / "tests/py/dynamo/test_demo_module.py").write_text(
         "def test_x():\n    pass\n"
+    )
+    # a test of this repository's own files: no mail carries it
+    (work / "tests/examples/test_demo_readme.py").write_text(
+        "def test_y():\n    pass\n"
     )
     git(work, "add", "-A")
     message = "fix(enums): a demo change\n\nWhy.\n\nOrigin: other\nForwarded: no\n"
@@ -121,6 +126,7 @@ def test_a_new_commit_is_a_new_patch_bringing_its_new_files(
         "tests/py/dynamo/test_demo_module.py",
     ]
     assert last.created_files() == last.adds
+    assert "tests/examples/test_demo_readme.py" in pieces[-1].files
     assert "Patch-Name" not in last.text and "\nDate: " not in last.text
     assert (out / "py/torch_tensorrt/dynamo/_demo_module.py").read_text() == "X = 1\n"
 

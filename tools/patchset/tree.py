@@ -280,12 +280,17 @@ def refresh(tree: str, out_root: str = REPO_ROOT) -> Tuple[int, int]:
     mails: Dict[str, str] = {}
     sections = []
     for k, (piece_id, title, notes, _) in enumerate(pieces):
-        for _, commit, name, paths in (p for p in patches if p[0] == k):
-            adds = [f for f in final if owner.get(f) == (k, commit)]
-            mails[name] = _mail(tree, commit, paths, adds)
         brought = {p[1]: p[2] for p in patches if p[0] == k}
+
+        def in_a_mail(f: str) -> bool:
+            # this repository's own tests travel in no mail: files of the piece
+            return owner[f][1] in brought and not f.startswith(series.LOCAL_ONLY)
+
+        for _, commit, name, paths in (p for p in patches if p[0] == k):
+            adds = [f for f in final if owner.get(f) == (k, commit) and in_a_mail(f)]
+            mails[name] = _mail(tree, commit, paths, adds)
         entries = list(brought.values())
-        entries += [f for f in final if owner[f][0] == k and owner[f][1] not in brought]
+        entries += [f for f in final if owner[f][0] == k and not in_a_mail(f)]
         sections.append((piece_id, title, notes, entries))
     _refuse_to_lose_work(out_root, tree, final)
     for name in os.listdir(patch_dir):
