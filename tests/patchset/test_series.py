@@ -20,6 +20,7 @@ def test_the_real_series():
     pieces = series.read_series()
     assert [p.id for p in pieces] == [
         "cpu-only",
+        "inplace-plugins",
         "mutation-lowering",
         "engine-outputs",
         "plugins",
