@@ -18,17 +18,12 @@ def write_rows_(cache: torch.Tensor, rows: torch.Tensor, pos: torch.Tensor) -> N
     cache[:, :, pos : pos + rows.shape[2]] = rows
 
 
-@torch.library.custom_op("trt_mut::scale_", mutates_args=("x",))
-def scale_(x: torch.Tensor, factor: float) -> None:
-    x.mul_(factor)
-
-
 @torch.library.custom_op("trt_mut::swap_", mutates_args=("a", "b"))
 def swap_(a: torch.Tensor, b: torch.Tensor) -> None:
     a.copy_(b.clone())
 
 
-for op in (write_rows_, scale_, swap_):
+for op in (write_rows_, swap_):
     op.register_fake(lambda *args: None)
 
 
@@ -44,7 +39,6 @@ def _write_rows(ctx, target, args, kwargs, name):
     return layer.get_output(0)
 
 
-@dynamo_tensorrt_converter(torch.ops.trt_mut.scale_.default)
 @dynamo_tensorrt_converter(torch.ops.trt_mut.swap_.default)
 def _new_tensors(ctx, target, args, kwargs, name):
     return impl.elementwise.mul(ctx, target, SourceIR.ATEN, name, args[0], args[1])
