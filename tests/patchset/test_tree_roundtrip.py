@@ -189,8 +189,8 @@ def test_refresh_refuses_dirty_trees_and_stray_heads(work, tmp_path):
     git(work, "checkout", "-q", "01-cpu-only")
     with pytest.raises(PatchsetError, match="HEAD is not the last piece's branch"):
         tree.refresh(str(work), str(out))
-    git(work, "branch", "-q", "-D", "02-mutation-lowering")
-    with pytest.raises(PatchsetError, match="branch 02-mutation-lowering is missing"):
+    git(work, "branch", "-q", "-D", "03-mutation-lowering")
+    with pytest.raises(PatchsetError, match="branch 03-mutation-lowering is missing"):
         tree.refresh(str(work), str(out))
     assert filecmp.dircmp(series.PATCH_DIR, out / "patches").diff_files == []
 
