@@ -7,9 +7,11 @@ lowering, :func:`plan_state_updates` decides once, for each state, how its new
 value reaches the caller, and why:
 
 * ``in_place``: its one write (a contiguous slab, :func:`plan_kv_state_write`)
-  goes on ``IKVCacheUpdateLayer``, which writes the state's own memory. The
-  output holding the new value is that memory, so copying it back is a copy of
-  the state onto itself, which is skipped.
+  goes on ``IKVCacheUpdateLayer``, which writes the state's own memory; or its
+  mutating op's converter computes it in that memory (``in_place_source``: an
+  in-place plugin, or a converter of its own on the layer). The output holding
+  the new value is that memory, so copying it back is a copy of the state onto
+  itself, which is skipped.
 * ``copy``: the engine computes the new state and the caller copies it back.
   Whatever the plan cannot prove safe in place is copied: right, if slower.
 
@@ -31,8 +33,10 @@ import logging
 from typing import Any, Dict, List, Optional, Set, Tuple
 
 import torch
-from torch_tensorrt.dynamo._settings import CompilationSettings
-from torch_tensorrt.dynamo.conversion._functionalized_op import is_write_back
+from torch_tensorrt.dynamo.conversion._functionalized_op import (
+    in_place_source,
+    is_write_back,
+)
 from torch_tensorrt.dynamo.conversion.impl._kv_cache_layer import (
     KVStateWrite,
     plan_kv_state_write,
@@ -56,6 +60,7 @@ class StateUpdate:
     reason: str
     dtype: str  # the state's dtype, e.g. "float16"
     write: Optional[str] = None  # the write made in place
+    by_its_op: bool = False  # in place by its mutating op's converter, not the plan
 
     @property
     def in_place(self) -> bool:
@@ -116,9 +121,7 @@ def _dtype_name(node: torch.fx.Node) -> str:
 
 
 def _plan_one(
-    state: torch.fx.Node,
-    value: Optional[torch.fx.Node],
-    settings: Optional[CompilationSettings],
+    state: torch.fx.Node, value: Optional[torch.fx.Node]
 ) -> Tuple[StateUpdate, Optional[KVStateWrite]]:
     def copy(reason: str) -> Tuple[StateUpdate, Optional[KVStateWrite]]:
         return StateUpdate(state.name, COPY, reason, _dtype_name(state)), None
@@ -127,6 +130,21 @@ def _plan_one(
         return copy("its new value is not computed by the graph")
     if value is state:
         return copy("it is written back unchanged")
+    if in_place_source(value) is state:
+        # an in-place plugin (a user alias) or a converter of its own on the layer
+        op = value.args[0].target.op
+        return (
+            StateUpdate(
+                state.name,
+                IN_PLACE,
+                f"{op} computes it in its own memory (its converter declares "
+                "requires_aliased_plugin_io)",
+                _dtype_name(state),
+                value.name,
+                by_its_op=True,
+            ),
+            None,
+        )
     if not (value.op == "call_function" and value.args and value.args[0] is state):
         return copy(
             f"its new value {value.name} is not one slab write of it (a whole-state "
@@ -135,16 +153,6 @@ def _plan_one(
     plan, reason = plan_kv_state_write(value, state)
     if plan is None:
         return copy(reason)
-    if (
-        settings is not None
-        and settings.require_full_compilation
-        and not plan.in_layer_form
-    ):
-        # its views in the layer's form would run in PyTorch, beside the engine
-        return copy(
-            "require_full_compilation=True: the state would need views in the "
-            "layer's form outside the engine"
-        )
     return (
         StateUpdate(state.name, IN_PLACE, reason, _dtype_name(state), value.name),
         plan,
@@ -184,7 +192,7 @@ def _functional_cache_update(
 
 
 def plan_state_updates(
-    gm: torch.fx.GraphModule, settings: Optional[CompilationSettings] = None
+    gm: torch.fx.GraphModule,
 ) -> Tuple[Dict[str, StateUpdate], List[KVStateWrite]]:
     """The plan of every state of ``gm``, recorded on its placeholder; and the writes to make in place.
 
@@ -214,7 +222,7 @@ def plan_state_updates(
                     node.name,
                 )
     for state, value in states.items():
-        update, write = _plan_one(state, value, settings)
+        update, write = _plan_one(state, value)
         state.meta[STATE_PLAN] = update
         plan[state.name] = update
         if write is not None:
@@ -253,7 +261,9 @@ def check_engines_against_state_plan(
     in place would hand the caller an output that is the state's memory where it
     expects a new tensor: a bug, raised in one sentence. A state planned in place
     that no engine wrote in place (its write ran in PyTorch, or in an engine the
-    partitioner cut without it) is still right, copied back; a warning names it.
+    partitioner cut without it) is still right, copied back; a warning names it,
+    unless its op's converter writes it (a plugin's alias, which TensorRT does
+    not report).
     """
     if not engines_built:
         return
@@ -269,7 +279,7 @@ def check_engines_against_state_plan(
             "handling, please report it with the model"
         )
     for binding, name in sorted(in_place.items()):
-        if binding not in aliased_in:
+        if binding not in aliased_in and not plan[name].by_its_op:
             logger.warning(
                 "State %s was planned to be written in place, but no engine writes "
                 "it in place (its write runs in PyTorch, or in another engine); its "

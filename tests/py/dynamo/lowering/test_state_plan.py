@@ -13,7 +13,6 @@ programs, and generated ones, run with real engines on a GPU
 
 import json
 import logging
-import operator
 import tempfile
 import unittest
 
@@ -27,6 +26,7 @@ from torch_tensorrt.dynamo.lowering._state_plan import (
     IN_PLACE,
     StateUpdate,
     check_engines_against_state_plan,
+    state_plan,
 )
 
 CPU_ONLY = (
@@ -217,22 +217,18 @@ class TestEveryClassHasOnePlan(TestCase):
                 self, RowsWrite, (state[:1].clone(), u[:1].clone()), caller=transposed
             )
 
-    def test_require_full_compilation_gives_one_engine(self):
-        trt = _matches_eager(
-            self, RowsWrite, _args("rows"), require_full_compilation=True
-        )
-        engines = [m for m in trt.modules() if hasattr(m, "aliased_io")]
-        self.assertEqual(len(engines), 1)
-        # its state needs views in the layer's form: copied back instead
-        self.assertEqual(engines[0].aliased_io, {})
-        pytorch_ops = [
-            n
-            for n in trt.graph.nodes
-            if n.op == "call_function"
-            and n.target is not operator.getitem
-            and "copy_" not in str(n.target)
-        ]
-        self.assertEqual(pytorch_ops, [], trt.graph)
+    def test_require_full_compilation_changes_nothing_about_in_place(self):
+        # one engine either way, writing the state (seen in the layer's form
+        # through views PyTorch takes at its boundary) in place
+        for full in (False, True):
+            with self.subTest(require_full_compilation=full):
+                trt = _matches_eager(
+                    self, RowsWrite, _args("rows"), require_full_compilation=full
+                )
+                engines = [m for m in trt.modules() if hasattr(m, "aliased_io")]
+                self.assertEqual(len(engines), 1)
+                ((_, (_, kind)),) = engines[0].aliased_io.items()
+                self.assertEqual(kind, "kv_cache_update")
 
     def test_the_plan_is_logged_once_per_state(self):
         with self.assertLogs(
@@ -338,6 +334,25 @@ class TestTheEngineCheckedAgainstThePlan(TestCase):
         self.assertIn("State kv", logs.output[0])
         # no engine was built: nothing to compare
         check_engines_against_state_plan(set(), plan, engines_built=False)
+
+    def test_a_state_its_ops_converter_writes_in_place(self):
+        """The converter of a mutating op (#4240: ``-> None``) that computes the
+        state in its memory: the plan puts it in place, so the layer's alias a GPU
+        engine reports (or a plugin's, which it does not) agrees with the plan."""
+        from test_lower_auto_functionalized import _lowered
+        from test_mutating_op_converters import WriteRows, _inputs
+
+        gm = _lowered(WriteRows(), _inputs(), require_full_compilation=True)
+        plan = state_plan(gm)
+        self.assertEqual(
+            (plan["cache"].update, plan["cache"].by_its_op), (IN_PLACE, True)
+        )
+        self.assertIn("trt_mut.write_rows_", plan["cache"].reason)
+        for reported in ({"cache"}, set()):
+            with self.assertNoLogs(
+                "torch_tensorrt.dynamo.lowering._state_plan", "WARNING"
+            ):
+                check_engines_against_state_plan(reported, plan)
 
 
 if __name__ == "__main__":

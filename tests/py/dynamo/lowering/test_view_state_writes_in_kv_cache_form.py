@@ -259,27 +259,40 @@ class TestStandaloneEngineInputs(TestCase):
 class TestCompiledModule(TestCase):
     def test_the_views_run_in_pytorch_around_the_engine(self):
         """compile(): the engine takes the state's view and writes it in place;
-        the views are PyTorch's, outside any engine."""
+        the views are PyTorch's, outside the one engine, with the flag or not."""
         from test_compile_with_stand_in_engines import engines_built_execution_stood_in
 
         args = (torch.zeros(2, 16, 8), torch.randn(2, 2, 8))
         ep = torch.export.export(RowsWrite(), tuple(a.clone() for a in args))
-        with engines_built_execution_stood_in():
-            trt = torch_tensorrt.dynamo.compile(
-                ep, arg_inputs=list(args), min_block_size=1
-            )
-        engines = [m for m in trt.modules() if hasattr(m, "aliased_io")]
-        self.assertEqual(len(engines), 1)
-        ((_, (_, kind)),) = engines[0].aliased_io.items()
-        self.assertEqual(kind, "kv_cache_update")
-        views = [
-            n
-            for _, m in trt.named_children()
-            if isinstance(m, torch.fx.GraphModule)
-            for n in m.graph.nodes
-            if n.target in (torch.ops.aten.view.default, torch.ops.aten.reshape.default)
-        ]
-        self.assertEqual(len(views), 2, trt.graph)
+        for full in (False, True):
+            with self.subTest(require_full_compilation=full):
+                with engines_built_execution_stood_in():
+                    trt = torch_tensorrt.dynamo.compile(
+                        ep,
+                        arg_inputs=list(args),
+                        min_block_size=1,
+                        require_full_compilation=full,
+                    )
+                engines = [m for m in trt.modules() if hasattr(m, "aliased_io")]
+                self.assertEqual(len(engines), 1)
+                ((_, (_, kind)),) = engines[0].aliased_io.items()
+                self.assertEqual(kind, "kv_cache_update")
+                aten = torch.ops.aten
+                views = (aten.view.default, aten.reshape.default)
+                in_pytorch = [
+                    n.target
+                    for _, m in trt.named_children()
+                    if isinstance(m, torch.fx.GraphModule)
+                    for n in m.graph.nodes
+                    if n.op == "call_function"
+                ]
+                self.assertEqual(len([t for t in in_pytorch if t in views]), 2)
+                # besides the views: the state's layout, and its write-back (a
+                # copy onto itself, skipped)
+                others = {t for t in in_pytorch if t not in views}
+                self.assertLessEqual(
+                    others, {aten.contiguous.default, aten.copy_.default}
+                )
 
 
 class SlabWrite3d(torch.nn.Module):
@@ -311,10 +324,17 @@ class TestTheAliasMapGivesBothShapes(TestCase):
 
     def test_a_state_of_another_form_is_bound_through_a_view(self):
         """The engine's input (and aliased output) has the layer's form; the map
-        gives it beside the caller's shape."""
+        gives it beside the caller's shape, with require_full_compilation or not."""
+        for full in (False, True):
+            with self.subTest(require_full_compilation=full):
+                self._bound_through_a_view(require_full_compilation=full)
+
+    def _bound_through_a_view(self, **settings):
         cache, update = _kv_args()
         engine, aliases = _alias_map(
-            SlabWrite3d(), (cache[:, 0].contiguous(), update[:, 0].contiguous())
+            SlabWrite3d(),
+            (cache[:, 0].contiguous(), update[:, 0].contiguous()),
+            **settings,
         )
         self.assertEqual(
             aliases,
@@ -330,7 +350,9 @@ class TestTheAliasMapGivesBothShapes(TestCase):
             ],
         )
         _, aliases = _alias_map(
-            RowAt(), (torch.zeros(16, 8), torch.tensor([3]), torch.randn(1, 8))
+            RowAt(),
+            (torch.zeros(16, 8), torch.tensor([3]), torch.randn(1, 8)),
+            **settings,
         )
         self.assertEqual(
             [(a["state_shape"], a["binding_shape"]) for a in aliases],
@@ -343,7 +365,7 @@ class TestTheAliasMapGivesBothShapes(TestCase):
     "Running TensorRT engines needs a CUDA device; this host has none.",
 )
 class TestViewedStatesOnGpu(TestCase):
-    def _run_viewed(self, module, state, steps, dynamic_batch=None):
+    def _run_viewed(self, module, state, steps, dynamic_batch=None, full=False):
         """Build ``module``'s engine, and run it as a C++ caller would from the map:
         the state's own memory bound with ``binding_shape``, for the input and for
         its aliased output. ``steps`` gives the other arguments of each step."""
@@ -359,7 +381,9 @@ class TestViewedStatesOnGpu(TestCase):
                 t[:1].expand(dynamic_batch, *t.shape[1:]).contiguous() for t in inputs
             ]
         if dynamic_batch is None:
-            engine_bytes, aliases = _alias_map(module, inputs)
+            engine_bytes, aliases = _alias_map(
+                module, inputs, require_full_compilation=full
+            )
         else:
             batch = torch.export.Dim("batch", min=1, max=8)
             ep = torch.export.export(
@@ -381,6 +405,7 @@ class TestViewedStatesOnGpu(TestCase):
                     arg_inputs=specs,
                     min_block_size=1,
                     alias_map_path=f"{tmp}/a.json",
+                    require_full_compilation=full,
                 )
                 with open(f"{tmp}/a.json") as f:
                     aliases = json.load(f)["aliases"]
@@ -427,29 +452,37 @@ class TestViewedStatesOnGpu(TestCase):
 
     def test_states_of_other_forms_run_in_place_through_a_view(self):
         torch.manual_seed(0)
-        self._run_viewed(
-            SlabWrite3d(),
-            torch.zeros(2, 16, 8, device="cuda"),
-            [(torch.randn(2, 2, 8, device="cuda") + s,) for s in range(3)],
-        )
-        self._run_viewed(
-            RowAt(),
-            torch.zeros(64, 8, device="cuda"),
-            [
-                (torch.tensor([p], device="cuda"), torch.randn(1, 8, device="cuda"))
-                for p in (3, 40, 63)
-            ],
-        )
+        for full in (False, True):
+            with self.subTest(require_full_compilation=full):
+                self._run_viewed(
+                    SlabWrite3d(),
+                    torch.zeros(2, 16, 8, device="cuda"),
+                    [(torch.randn(2, 2, 8, device="cuda") + s,) for s in range(3)],
+                    full=full,
+                )
+                self._run_viewed(
+                    RowAt(),
+                    torch.zeros(64, 8, device="cuda"),
+                    [
+                        (
+                            torch.tensor([p], device="cuda"),
+                            torch.randn(1, 8, device="cuda"),
+                        )
+                        for p in (3, 40, 63)
+                    ],
+                    full=full,
+                )
 
     def test_a_dynamic_batch_runs_in_place(self):
-        for batch in (2, 5):
-            with self.subTest(batch=batch):
+        for batch, full in ((2, False), (5, False), (2, True), (5, True)):
+            with self.subTest(batch=batch, require_full_compilation=full):
                 cache, update = _kv_args(batch)
                 self._run_viewed(
                     SlabWrite3d(),
                     cache[:, 0].contiguous().cuda(),
                     [(update[:, 0].contiguous().cuda() + s,) for s in range(2)],
                     dynamic_batch=3,
+                    full=full,
                 )
 
 

@@ -184,7 +184,7 @@ def view_state_writes_in_kv_cache_form(
     input that the layer cannot take is left as it is, with the reason at debug
     level.
     """
-    _, writes = plan_state_updates(gm, settings)
+    _, writes = plan_state_updates(gm)
     rewritten: List[str] = []
     for plan in writes:
         logger.debug(
