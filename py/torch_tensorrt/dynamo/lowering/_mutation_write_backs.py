@@ -73,6 +73,8 @@ class WriteBack:
     # the state's dtype as the caller has it (a float64 state's engine input is
     # float32: the caller converts what it copies back)
     dtype: Optional[str] = None
+    # ``copy`` only: why the engine does not write the state in place
+    reason: Optional[str] = None
 
 
 def _in_place_update(placeholder: torch.fx.Node, value: Any) -> Tuple[bool, str]:
@@ -339,6 +341,16 @@ def with_state_dtypes(
     return [replace(w, dtype=dtypes.get(w.input_name, w.dtype)) for w in write_backs]
 
 
+def with_copy_reasons(
+    write_backs: Sequence[WriteBack], reasons: Mapping[str, str]
+) -> List[WriteBack]:
+    """``write_backs`` with, on each ``copy``, why it is one, by input binding."""
+    return [
+        replace(w, reason=reasons.get(w.input_name)) if w.update == "copy" else w
+        for w in write_backs
+    ]
+
+
 def check_write_backs_against_network(
     write_backs: Sequence[WriteBack],
     input_names: Sequence[str],
@@ -409,6 +421,8 @@ def alias_map(write_backs: Sequence[WriteBack]) -> Dict[str, Any]:
     aliases the input; ``"same_address"``, TensorRT does not know, and binding
     the output anywhere else leaves the input unchanged and the output undefined
     except where the plugin wrote (:func:`check_in_place_bindings`).
+    ``"reason"`` (``copy`` only): why the engine does not write the input in
+    place, from the state plan.
     """
     entries = []
     for w in write_backs:
@@ -424,6 +438,8 @@ def alias_map(write_backs: Sequence[WriteBack]) -> Dict[str, Any]:
             entry["binding_shape"] = list(w.binding_shape or w.state_shape)
         if w.dtype is not None:
             entry["dtype"] = w.dtype
+        if w.reason is not None:
+            entry["reason"] = w.reason
         entries.append(entry)
     return {
         "format": ALIAS_MAP_FORMAT,
@@ -443,6 +459,7 @@ _ENTRY_KEYS = (
     "state_shape",
     "binding_shape",
     "dtype",
+    "reason",
 )
 
 
@@ -506,6 +523,11 @@ def _entry(i: int, entry: Any) -> WriteBack:
     dtype = entry.get("dtype")
     if dtype is not None and not (isinstance(dtype, str) and dtype):
         raise AliasMapError(f"{where}: 'dtype' is {dtype!r}; expected a dtype's name")
+    reason = entry.get("reason")
+    if reason is not None and not (isinstance(reason, str) and update == "copy"):
+        raise AliasMapError(
+            f"{where}: 'reason' is {reason!r}; expected a sentence, on a copy only"
+        )
     return WriteBack(
         entry["input"],
         entry["output"],
@@ -514,6 +536,7 @@ def _entry(i: int, entry: Any) -> WriteBack:
         state_shape,
         binding_shape,
         dtype,
+        reason,
     )
 
 
@@ -555,7 +578,8 @@ def read_alias_map(source: Any) -> List[WriteBack]:
     ``"update"`` (``"copy"`` or ``"in_place"``), ``"binding"`` (``in_place``
     only: ``"engine"``, ``"declared_alias"`` or ``"same_address"``), and for
     ``"binding": "engine"`` ``"state_shape"`` and ``"binding_shape"`` (lists of
-    dimensions, ``-1`` dynamic). Any other format or version, key, value or type
+    dimensions, ``-1`` dynamic); optional: ``"dtype"`` (the state's), and on a
+    ``copy`` ``"reason"``. Any other format or version, key, value or type
     is an :class:`AliasMapError` naming the entry and what was expected. Check
     the map against its engine with :func:`check_alias_map_against_engine`.
     """

@@ -30,12 +30,16 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import operator
 from typing import Any, Dict, List, Optional, Set, Tuple
 
 import torch
 from torch_tensorrt.dynamo.conversion._functionalized_op import (
+    FunctionalizedOp,
     in_place_source,
     is_write_back,
+    other_readers,
+    updates_in_place,
 )
 from torch_tensorrt.dynamo.conversion.impl._kv_cache_layer import (
     KVStateWrite,
@@ -145,6 +149,19 @@ def _plan_one(
             ),
             None,
         )
+    call = value.args[0] if value.target is operator.getitem else None
+    if isinstance(call, torch.fx.Node) and isinstance(call.target, FunctionalizedOp):
+        readers = other_readers(state, call)
+        if readers:
+            why = f"the state is also read by {', '.join(readers)}"
+        elif not updates_in_place(call):
+            why = (
+                "its converter computes a new tensor (an in-place one declares "
+                "requires_aliased_plugin_io)"
+            )
+        else:
+            why = "it is given a copy or a view of the state, not the state itself"
+        return copy(f"{call.target.op} writes it, and {why}")
     if not (value.op == "call_function" and value.args and value.args[0] is state):
         return copy(
             f"its new value {value.name} is not one slab write of it (a whole-state "

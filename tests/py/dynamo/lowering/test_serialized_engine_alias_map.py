@@ -57,8 +57,11 @@ def _kv_args(batch=2):
 
 
 def _without_dtypes(aliases):
-    """The entries without the state's dtype (a later piece records it)."""
-    return [{k: v for k, v in a.items() if k != "dtype"} for a in aliases]
+    """The entries without the state's dtype and a copy's reason (a later piece
+    records them)."""
+    return [
+        {k: v for k, v in a.items() if k not in ("dtype", "reason")} for a in aliases
+    ]
 
 
 def _without_shapes(aliases):
@@ -232,7 +235,7 @@ class TestReadingTheMap(TestCase):
         )
 
         written = [
-            WriteBack("x", "x_new"),
+            WriteBack("x", "x_new", reason="why it is a copy"),
             WriteBack("s", "s_new", "in_place", "same_address"),
             WriteBack("c", "c_new", "in_place", "engine", [2, 16, 8], [2, 1, 16, 8]),
         ]
@@ -264,6 +267,8 @@ class TestReadingTheMap(TestCase):
             (_map(dict(copy_entry, bindng="engine")), "unknown key(s) ['bindng']"),
             (_map({"output": "x_new", "update": "copy"}), "'input' is missing"),
             (_map(dict(copy_entry, output="x")), "is copied into itself"),
+            (_map(dict(ENGINE_ENTRY, reason="r")), "on a copy only"),
+            (_map(dict(copy_entry, reason=1)), "'reason' is 1; expected a sentence"),
             (_map(copy_entry, copy_entry), "both give output 'x_new'"),
             (
                 _map(ENGINE_ENTRY, dict(ENGINE_ENTRY, output="other")),
