@@ -82,6 +82,11 @@ def test_the_readme_example_writes_the_engine_and_the_map_it_shows(tmp_path):
     (code,) = blocks("python")
     out = run(code, CONVERTER_OF.format(op="decay_"), tmp_path)
     assert out.stdout.strip().splitlines()[-1] == "True"
+    # it shows what it did: the map's entries, and on a GPU the state advancing
+    assert "buf_cache: in_place" in out.stdout, out.stdout
+    assert "buf_norm: copy my.decay_.default writes it" in out.stdout, out.stdout
+    if torch.cuda.is_available():
+        assert "call 2: norm[0] = 0.125" in out.stdout, out.stdout
     assert (tmp_path / "model.engine").stat().st_size > 0
     written = json.loads((tmp_path / "model.aliases.json").read_text())
     (shown,) = blocks("json")
