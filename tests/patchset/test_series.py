@@ -29,7 +29,6 @@ def test_the_real_series():
         "runtime",
         "state-contract",
         "docs",
-        "kv-state",
         "state-plan",
         "per-call",
         "hf-decoders",
