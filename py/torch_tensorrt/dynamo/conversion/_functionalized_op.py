@@ -1,42 +1,19 @@
-"""Functional form of an op that mutates its tensor arguments.
+"""Functional form of an op that mutates its tensor arguments (#4240).
 
-``torch.export`` functionalizes a mutating op (a ``torch.library.custom_op`` with
-``mutates_args``, or any schema with ``Tensor(a!)`` arguments) into the
-higher-order op ``auto_functionalized`` / ``auto_functionalized_v2``, which no
-converter handles. The lowering pass ``lower_auto_functionalized`` rewrites that
-into a call of :class:`FunctionalizedOp`, whose node has the op's own schema
-arguments, so the op's converter is what the partitioner sees and converts.
-
-Converter convention for mutating ops
--------------------------------------
-A converter is registered on the op overload as usual
-(``@dynamo_tensorrt_converter(torch.ops.ns.op.default)``). For an op that mutates
-tensor arguments it returns a tuple: the op's own returns, then the new value of
-each mutated tensor argument in schema order. A bare ITensor is accepted when
-that tuple has one element (e.g. ``ns::op_(Tensor(a!) x) -> ()``)::
-
-    @torch.library.custom_op("ns::scale_", mutates_args=("x",))
-    def scale_(x: torch.Tensor, s: float) -> None: ...
-
-    @dynamo_tensorrt_converter(torch.ops.ns.scale_.default)
-    def scale_converter(ctx, target, args, kwargs, name):
-        x, s = args
-        return impl.elementwise.mul(ctx, target, SourceIR.ATEN, name, x, s)  # new x
-
-In PyTorch, ``FunctionalizedOp(op)(*args)`` clones each mutated argument, runs
-the op on the clones and returns ``(*returns, *clones)``: the same values, with
-no side effect, so a node the partitioner leaves in PyTorch is still correct.
+``lower_auto_functionalized`` rewrites ``auto_functionalized(_v2)`` into calls of
+:class:`FunctionalizedOp`, which the converter registry resolves to the op's own
+converters, validators and support flags. Convention: the op's converter returns
+the op's returns, then the new value of each mutated argument in schema order; a
+converter that computes them in the arguments' memory (an in-place plugin)
+declares ``requires_aliased_plugin_io=True`` (see :func:`in_place_writer`).
 """
 
 from __future__ import annotations
 
-import logging
 import operator
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
-
-logger = logging.getLogger(__name__)
 
 
 def mutated_arguments(schema: torch.FunctionSchema) -> List[torch.Argument]:
@@ -48,14 +25,11 @@ def mutated_arguments(schema: torch.FunctionSchema) -> List[torch.Argument]:
     ]
 
 
-def _is_tensor_type(arg: torch.Argument) -> bool:
-    arg_type = arg.type
-    if isinstance(arg_type, torch.OptionalType):
-        arg_type = arg_type.getElementType()
-    return isinstance(arg_type, torch.TensorType)
-
-
-_NAME_PREFIX = "functionalized_"
+def arguments(
+    op: torch._ops.OpOverload, args: Sequence[Any], kwargs: Dict[str, Any]
+) -> Dict[str, Any]:
+    """The arguments of a call of ``op`` by schema name"""
+    return dict(zip((arg.name for arg in op._schema.arguments), args), **kwargs)
 
 
 def is_write_back(node: torch.fx.Node) -> bool:
@@ -64,6 +38,107 @@ def is_write_back(node: torch.fx.Node) -> bool:
         torch.ops.aten.copy_.default,
         torch.ops.aten.copy_,
     )
+
+
+def __getattr__(name: str) -> FunctionalizedOp:
+    """Resolve ``functionalized_<ns>_<op>_<overload>`` (how FX code and pickles name it)."""
+    parts = name.split("_") if name.startswith("functionalized_") else []
+    # the op name may contain underscores: try each split into ns / op / overload
+    for i in range(2, len(parts) - 1):
+        for j in range(i + 1, len(parts)):
+            ns, op_name, overload = (
+                "_".join(p) for p in (parts[1:i], parts[i:j], parts[j:])
+            )
+            packet = getattr(getattr(torch.ops, ns, None), op_name, None)
+            op = getattr(packet, overload, None)
+            if isinstance(op, torch._ops.OpOverload) and mutated_arguments(op._schema):
+                if FunctionalizedOp(op).__name__ == name:
+                    return FunctionalizedOp(op)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+class FunctionalizedOp:
+    """FX target: ``op`` without side effects; one instance per op overload"""
+
+    _instances: Dict[torch._ops.OpOverload, FunctionalizedOp] = {}
+
+    op: torch._ops.OpOverload
+    mutated: Tuple[str, ...]
+    num_returns: int
+
+    def __new__(cls, op: torch._ops.OpOverload) -> FunctionalizedOp:
+        if op in cls._instances:
+            return cls._instances[op]
+        if not isinstance(op, torch._ops.OpOverload):
+            raise TypeError(f"FunctionalizedOp needs an OpOverload, got {op!r}")
+        if not mutated_arguments(op._schema):
+            raise ValueError(f"{op} does not mutate any argument")
+        self = super().__new__(cls)
+        self.op = op
+        self.mutated = tuple(arg.name for arg in mutated_arguments(op._schema))
+        self.num_returns = len(op._schema.returns)
+        # FX code generation and logging name the target by these
+        namespace, name = op._schema.name.split("::")
+        self.__name__ = f"functionalized_{namespace}_{name}_{op._overloadname}"
+        self.__qualname__, self.__module__ = self.__name__, __name__
+        cls._instances[op] = self
+        return self
+
+    def __deepcopy__(self, memo: Dict[int, Any]) -> FunctionalizedOp:
+        return self  # one instance per op (copying a graph module copies targets)
+
+    def __reduce__(self) -> str:
+        return self.__name__  # pickled by reference (see the module's __getattr__)
+
+    def __repr__(self) -> str:
+        return f"FunctionalizedOp({self.op})"
+
+    @property
+    def num_outputs(self) -> int:
+        """Length of the output tuple: the op's returns, then the mutated arguments."""
+        return self.num_returns + len(self.mutated)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Tuple[Any, ...]:
+        """The op on clones of its mutated arguments: ``(*returns, *new_values)``"""
+        bound = arguments(self.op, args, kwargs)
+        for name in self.mutated:
+            if bound.get(name) is not None:
+                bound[name] = bound[name].clone()
+        out = self.op(**bound)
+        returns = tuple(out) if self.num_returns > 1 else (out,)[: self.num_returns]
+        return (*returns, *(bound.get(name) for name in self.mutated))
+
+    def adapt_converter(self, converter: Callable[..., Any]) -> Callable[..., Any]:
+        """Wrap the op's converter: it sees the op as target; its outputs are checked."""
+
+        def convert_functionalized(
+            ctx: Any, target: Any, args: Any, kwargs: Any, name: str
+        ) -> Tuple[Any, ...]:
+            outputs = converter(ctx, self.op, args, kwargs, name)
+            if not isinstance(outputs, (tuple, list)):
+                outputs = (outputs,)
+            if len(outputs) != self.num_outputs:
+                raise RuntimeError(
+                    f"The converter for {self.op} returned {len(outputs)} tensor(s); "
+                    f"it must return the op's {self.num_returns} return(s), then "
+                    f"the new value of each mutated argument {list(self.mutated)}"
+                )
+            missing = [k for k, out in enumerate(outputs) if out is None]
+            if missing:
+                k = missing[0]
+                what = (
+                    f"return {k}"
+                    if k < self.num_returns
+                    else f"new value of '{self.mutated[k - self.num_returns]}'"
+                )
+                raise RuntimeError(
+                    f"The converter for {self.op} returned None for {what}; it must "
+                    "return a TensorRT tensor for each of the op's returns and "
+                    f"mutated arguments {list(self.mutated)}"
+                )
+            return tuple(outputs)
+
+        return convert_functionalized
 
 
 def other_readers(state: torch.fx.Node, writer: torch.fx.Node) -> List[str]:
@@ -79,15 +154,8 @@ def mutated_values(node: torch.fx.Node) -> Dict[str, Any]:
     """The values a :class:`FunctionalizedOp` call passes for its mutated arguments."""
     target = node.target
     assert isinstance(target, FunctionalizedOp)
-    positions = [arg.name for arg in target.op._schema.arguments]
-    return {
-        name: (
-            node.args[positions.index(name)]
-            if positions.index(name) < len(node.args)
-            else node.kwargs.get(name)
-        )
-        for name in target.mutated
-    }
+    bound = arguments(target.op, node.args, node.kwargs)
+    return {name: bound.get(name) for name in target.mutated}
 
 
 def updates_in_place(node: torch.fx.Node) -> bool:
@@ -154,141 +222,3 @@ def in_place_source(value: Any) -> Optional[torch.fx.Node]:
             break
         source = value = argument
     return source
-
-
-def _target_name(op: torch._ops.OpOverload) -> str:
-    namespace, name = op._schema.name.split("::")
-    return f"{_NAME_PREFIX}{namespace}_{name}_{op._overloadname}"
-
-
-def __getattr__(name: str) -> FunctionalizedOp:
-    """Resolve ``functionalized_<ns>_<op>_<overload>`` (how FX code and pickles name it)."""
-    if name.startswith(_NAME_PREFIX):
-        parts = name[len(_NAME_PREFIX) :].split("_")
-        # the op name may contain underscores: try each split into ns / op / overload
-        for i in range(1, len(parts) - 1):
-            for j in range(i + 1, len(parts)):
-                namespace, op_name = "_".join(parts[:i]), "_".join(parts[i:j])
-                overload = "_".join(parts[j:])
-                packet = getattr(getattr(torch.ops, namespace, None), op_name, None)
-                op = getattr(packet, overload, None) if packet is not None else None
-                if isinstance(op, torch._ops.OpOverload) and _target_name(op) == name:
-                    return FunctionalizedOp(op)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-class FunctionalizedOp:
-    """Callable FX target: ``op`` without side effects, returning the mutated values.
-
-    One instance per op overload (instances are cached), so it can be used as a
-    dictionary key and compared by identity like any other FX target.
-    """
-
-    _instances: Dict[torch._ops.OpOverload, FunctionalizedOp] = {}
-
-    op: torch._ops.OpOverload
-    mutated: Tuple[str, ...]
-    num_returns: int
-
-    def __new__(cls, op: torch._ops.OpOverload) -> FunctionalizedOp:
-        if op in cls._instances:
-            return cls._instances[op]
-        if not isinstance(op, torch._ops.OpOverload):
-            raise TypeError(f"FunctionalizedOp needs an OpOverload, got {op!r}")
-        mutated = mutated_arguments(op._schema)
-        if not mutated:
-            raise ValueError(f"{op} does not mutate any argument")
-        for arg in mutated:
-            if not _is_tensor_type(arg):
-                raise ValueError(
-                    f"{op}: mutated argument '{arg.name}' has type {arg.type}; "
-                    "only Tensor and Tensor? arguments can be mutated"
-                )
-        self = super().__new__(cls)
-        self.op = op
-        self.mutated = tuple(arg.name for arg in mutated)
-        self.num_returns = len(op._schema.returns)
-        # FX code generation, pickling and logging name the target by these
-        self.__name__ = _target_name(op)
-        self.__qualname__ = self.__name__
-        self.__module__ = __name__
-        cls._instances[op] = self
-        return self
-
-    def __reduce__(self) -> str:
-        # pickled by reference: the module resolves the name (see __getattr__)
-        return _target_name(self.op)
-
-    def __repr__(self) -> str:
-        return f"FunctionalizedOp({self.op})"
-
-    @property
-    def num_outputs(self) -> int:
-        """Length of the output tuple: the op's returns, then the mutated arguments."""
-        return self.num_returns + len(self.mutated)
-
-    def output_layout(self) -> List[str]:
-        returns = [f"return {i}" for i in range(self.num_returns)]
-        return returns + [f"new value of '{name}'" for name in self.mutated]
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Tuple[Any, ...]:
-        call_args, call_kwargs, clones = self._clone_mutated(args, kwargs)
-        out = self.op(*call_args, **call_kwargs)
-        if self.num_returns == 0:
-            returns: Tuple[Any, ...] = ()
-        elif self.num_returns == 1:
-            returns = (out,)
-        else:
-            returns = tuple(out)
-        return (*returns, *clones)
-
-    def _clone_mutated(
-        self, args: Sequence[Any], kwargs: Dict[str, Any]
-    ) -> Tuple[List[Any], Dict[str, Any], List[Any]]:
-        args, kwargs = list(args), dict(kwargs)
-        positions = {arg.name: i for i, arg in enumerate(self.op._schema.arguments)}
-        clones = []
-        for name in self.mutated:
-            i = positions[name]
-            if i < len(args):
-                value = args[i]
-                args[i] = value.clone() if value is not None else None
-                clones.append(args[i])
-            else:
-                value = kwargs.get(name)
-                kwargs[name] = value.clone() if value is not None else None
-                clones.append(kwargs[name])
-        return args, kwargs, clones
-
-    def adapt_converter(self, converter: Callable[..., Any]) -> Callable[..., Any]:
-        """Wrap the op's converter: it sees the op as target, and its outputs are checked."""
-        functionalized = self
-
-        def convert_functionalized(
-            ctx: Any, target: Any, args: Any, kwargs: Any, name: str
-        ) -> Tuple[Any, ...]:
-            outputs = converter(ctx, functionalized.op, args, kwargs, name)
-            return functionalized.check_converter_outputs(outputs)
-
-        return convert_functionalized
-
-    def check_converter_outputs(self, outputs: Any) -> Tuple[Any, ...]:
-        """Normalize a converter's result to the output tuple, or raise naming the layout."""
-        if not isinstance(outputs, (tuple, list)):
-            outputs = (outputs,)
-        if len(outputs) != self.num_outputs:
-            raise RuntimeError(
-                f"The converter for {self.op} returned {len(outputs)} tensor(s); a "
-                f"converter for an op that mutates {list(self.mutated)} must return "
-                f"{self.num_outputs}: {', '.join(self.output_layout())}"
-            )
-        missing = [
-            name for name, out in zip(self.output_layout(), outputs) if out is None
-        ]
-        if missing:
-            raise RuntimeError(
-                f"The converter for {self.op} returned None for {', '.join(missing)}; "
-                f"a converter for an op that mutates {list(self.mutated)} must return "
-                f"a TensorRT tensor for each of: {', '.join(self.output_layout())}"
-            )
-        return tuple(outputs)

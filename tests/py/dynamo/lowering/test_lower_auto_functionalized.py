@@ -384,8 +384,7 @@ class TestFunctionalizedOp(TestCase):
     def test_layout_and_functional_semantics(self):
         fop = FunctionalizedOp(torch.ops.trt_mut.add_one_ret.default)
         self.assertIs(fop, FunctionalizedOp(torch.ops.trt_mut.add_one_ret.default))
-        self.assertEqual(fop.mutated, ("x",))
-        self.assertEqual(fop.output_layout(), ["return 0", "new value of 'x'"])
+        self.assertEqual((fop.mutated, fop.num_outputs), (("x",), 2))
         x, y = torch.ones(3), torch.full((3,), 2.0)
         out, new_x = fop(x, y)
         self.assertEqual(x, torch.ones(3), msg="the functional form mutated its input")
@@ -417,13 +416,15 @@ class TestFunctionalizedOp(TestCase):
 
     def test_wrong_number_of_converter_outputs_names_op_and_layout(self):
         fop = FunctionalizedOp(torch.ops.trt_mut.add_one_ret.default)
+        converter = fop.adapt_converter(lambda ctx, target, args, kwargs, name: args)
         with self.assertRaisesRegex(
             RuntimeError,
             r"converter for trt_mut.add_one_ret.default returned 1 tensor\(s\).*"
-            r"must return 2: return 0, new value of 'x'",
+            r"must return the op's 1 return\(s\), then the new value of each "
+            r"mutated argument \['x'\]",
         ):
-            fop.check_converter_outputs(object())
-        self.assertEqual(len(fop.check_converter_outputs(("a", "b"))), 2)
+            converter(None, fop, (object(),), {}, "n")
+        self.assertEqual(converter(None, fop, ("a", "b"), {}, "n"), ("a", "b"))
 
     def test_converter_lookup_goes_through_the_op(self):
         from torch_tensorrt.dynamo.conversion._ConverterRegistry import (
