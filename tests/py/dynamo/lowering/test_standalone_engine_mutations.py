@@ -169,16 +169,6 @@ class TestMutatedTensorLists(TestCase):
             self.assertEqual(trt(*compiled_args), AddAll()(*eager_args))
             self.assertEqual(compiled_args, eager_args, msg=f"step {step}")
 
-    def test_an_optional_list_is_a_list(self):
-        from torch_tensorrt.dynamo.lowering.passes.lower_auto_functionalized import (
-            _is_list,
-        )
-
-        tensors = torch.ListType(torch.TensorType.get())
-        self.assertTrue(_is_list(tensors))
-        self.assertTrue(_is_list(torch.OptionalType(tensors)))
-        self.assertFalse(_is_list(torch.OptionalType(torch.TensorType.get())))
-
     def test_a_standalone_engine_refuses_it_in_one_sentence(self):
         args = (torch.zeros(4), torch.zeros(4), torch.ones(4))
         with self.assertRaises(ValueError) as refused:
