@@ -167,6 +167,15 @@ def _plan_one(
             f"its new value {value.name} is not one slab write of it (a whole-state "
             "op, several writes, a write of a copy, or an op run in PyTorch)"
         )
+    if value.target is torch.ops.aten.as_strided_scatter.default:
+        src = value.args[1]
+        is_item = isinstance(src, torch.fx.Node) and src.target is operator.getitem
+        op = src.args[0].target if is_item else None
+        writer = op.op if isinstance(op, FunctionalizedOp) else value.name
+        return copy(
+            f"{writer} writes a strided view of it (transposed, selected or "
+            "stepped), not one slab of it"
+        )
     plan, reason = plan_kv_state_write(value, state)
     if plan is None:
         return copy(reason)

@@ -769,14 +769,15 @@ class TestCompileDryrunOnCpu(TestCase):
             self.assertEqual(compiled_args, eager_args)
 
     def test_views_tensorrt_cannot_write_back_are_errors_with_full_compilation(self):
-        cases = [
-            (MutateTransposedState, r"argument 'x' is a strided view of its base"),
-            (MutateOverlappingViews, r"arguments \['x', 'z'\] may overlap"),
-        ]
-        for cls, message in cases:
-            with self.subTest(cls.__name__):
-                with self.assertRaisesRegex(ValueError, "trt_mut.add_.*" + message):
-                    self._compile(cls(), _inputs(1), require_full_compilation=True)
+        # a strided view is written back by as_strided_scatter's converter
+        self._compile(
+            MutateTransposedState(), _inputs(1), require_full_compilation=True
+        )
+        message = r"trt_mut.add_two_.*arguments \['x', 'z'\] may overlap"
+        with self.assertRaisesRegex(ValueError, message):
+            self._compile(
+                MutateOverlappingViews(), _inputs(1), require_full_compilation=True
+            )
 
     def test_require_full_compilation_gives_one_engine(self):
         for name, cls, n in USER_INPUT_CASES:

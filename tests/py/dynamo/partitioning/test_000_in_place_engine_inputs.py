@@ -191,10 +191,10 @@ graph():
     %clone_default : [num_users=1] = call_function[target=torch.ops.aten.clone.default](args = (%state,), kwargs = {})
     %_run_on_acc_0 : [num_users=2] = call_module[target=_run_on_acc_0](args = (%clone_default, %y), kwargs = {})
     %sin : [num_users=1] = call_function[target=torch.ops.aten.sin.default](args = (%state,), kwargs = {})
-    %getitem_2 : [num_users=1] = call_function[target=operator.getitem](args = (%_run_on_acc_0, 0), kwargs = {})
-    %getitem_3 : [num_users=1] = call_function[target=operator.getitem](args = (%_run_on_acc_0, 1), kwargs = {})
-    %copy__default : [num_users=0] = call_function[target=torch.ops.aten.copy_.default](args = (%state, %getitem_2), kwargs = {})
-    return (getitem_3, sin)""",
+    %getitem : [num_users=1] = call_function[target=operator.getitem](args = (%_run_on_acc_0, 0), kwargs = {})
+    %getitem_2 : [num_users=1] = call_function[target=operator.getitem](args = (%_run_on_acc_0, 1), kwargs = {})
+    %copy__default : [num_users=0] = call_function[target=torch.ops.aten.copy_.default](args = (%state, %getitem), kwargs = {})
+    return (getitem_2, sin)""",
         )
         (message,) = logs.output
         self.assertIn("Input 'state' of TensorRT engine '_run_on_acc_0'", message)
@@ -253,7 +253,7 @@ graph():
         # of something else before a read of the new state would change it
         gm = partitioned(ReadBeforeUpdate(), fast=False)
         graph, engine = gm.graph, node(gm, "_run_on_acc_0")
-        new_state = node(gm, "getitem_2")
+        new_state = node(gm, "copy__default").args[1]
         with graph.inserting_after(new_state):
             overwrite = graph.call_function(
                 torch.ops.aten.copy_.default, (node(gm, "state"), node(gm, "y"))

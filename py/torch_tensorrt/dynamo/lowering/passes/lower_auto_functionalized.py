@@ -249,18 +249,6 @@ def lower_auto_functionalized(
             node.meta[RUNS_IN_PYTORCH] = reason
             logger.warning(f"{reason}; the op runs in PyTorch")
             continue
-        scatter = torch.ops.aten.as_strided_scatter.default
-        if settings.require_full_compilation and not _has_converter(scatter, settings):
-            for name in FunctionalizedOp(op).mutated:
-                kind, params = _view(node.kwargs, name)
-                if kind == "as_strided":
-                    raise ValueError(
-                        f"{op}: mutated argument '{name}' is a strided view of its "
-                        "base (size {}, stride {}, storage offset {}); only the whole "
-                        "base or a slice of it can be written back inside TensorRT, "
-                        "and require_full_compilation=True forbids writing it back in "
-                        "PyTorch".format(*params)
-                    )
         _rewrite(node, op, fake)
         count += 1
 
