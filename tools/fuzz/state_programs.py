@@ -12,10 +12,13 @@ Outcomes: "right" (matches eager), "wrong" (runs and differs), "error"
 (compile() or its module raised where eager did not), "both_refuse" (eager
 raises too, e.g. a write into an expanded tensor), "refused" (the module
 refuses a write into an input expanded over several rows, which eager's
-index_put_ writes without checking).
+index_put_ writes without checking), "refused_full" (with
+--require-full-compilation: compile() refuses, naming the flag, a program with
+an op only PyTorch can run).
 """
 
 import argparse
+import functools
 import json
 import multiprocessing
 import os
@@ -27,7 +30,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, os.path.join(ROOT, "tests", "py", "dynamo", "lowering"))
 
 
-def check(seed):
+def check(seed, require_full_compilation=False):
     import torch
     import torch_tensorrt
 
@@ -40,9 +43,20 @@ def check(seed):
         eager_module = program.module().cuda()
         eager = state_programs.run(program, eager_module, device="cuda")
         ep = program.export(program.module().cuda(), device="cuda")
-        trt = torch_tensorrt.dynamo.compile(
-            ep, arg_inputs=program.compile_inputs("cuda"), min_block_size=1
-        )
+        try:
+            trt = torch_tensorrt.dynamo.compile(
+                ep,
+                arg_inputs=program.compile_inputs("cuda"),
+                min_block_size=1,
+                require_full_compilation=require_full_compilation,
+            )
+        except Exception as e:
+            if require_full_compilation and "require_full_compilation" in str(e):
+                # a program with an op that can only run in PyTorch, refused
+                record["outcome"] = "refused_full"
+                record["why"] = f"{type(e).__name__}: {e}"[:300]
+                return record
+            raise
         compiled = state_programs.run(program, trt, device="cuda")
         if eager.error is not None and compiled.error is not None:
             record["outcome"] = "both_refuse"
@@ -73,17 +87,35 @@ def main():
     parser.add_argument("--seeds", default="0:1000", help="first:count")
     parser.add_argument("--jobs", type=int, default=8)
     parser.add_argument("--out", required=True)
+    parser.add_argument(
+        "--require-full-compilation",
+        action="store_true",
+        help="compile with require_full_compilation=True; a refusal that names "
+        "it (an op only PyTorch can run) is the outcome refused_full",
+    )
     args = parser.parse_args()
     first, count = map(int, args.seeds.split(":"))
     counts = {}
     with multiprocessing.get_context("spawn").Pool(args.jobs) as pool, open(
         args.out, "w"
     ) as out:
-        for record in pool.imap_unordered(check, range(first, first + count)):
+        run = functools.partial(
+            check, require_full_compilation=args.require_full_compilation
+        )
+        for record in pool.imap_unordered(run, range(first, first + count)):
             counts[record["outcome"]] = counts.get(record["outcome"], 0) + 1
             out.write(json.dumps(record) + "\n")
             out.flush()
-    print(json.dumps({"seeds": f"{first}:{count}", "outcomes": counts}))
+    flag = args.require_full_compilation
+    print(
+        json.dumps(
+            {
+                "seeds": f"{first}:{count}",
+                "require_full_compilation": flag,
+                "outcomes": counts,
+            }
+        )
+    )
     return 0 if counts.get("wrong", 0) == 0 and counts.get("error", 0) == 0 else 1
 
 
