@@ -30,6 +30,7 @@ def test_the_real_series():
         "state-contract",
         "docs",
         "state-plan",
+        "state-programs",
         "per-call",
         "hf-decoders",
         "users-2",

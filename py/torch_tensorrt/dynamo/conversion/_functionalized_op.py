@@ -51,9 +51,12 @@ def __getattr__(name: str) -> FunctionalizedOp:
             )
             packet = getattr(getattr(torch.ops, ns, None), op_name, None)
             op = getattr(packet, overload, None)
-            if isinstance(op, torch._ops.OpOverload) and mutated_arguments(op._schema):
-                if FunctionalizedOp(op).__name__ == name:
-                    return FunctionalizedOp(op)
+            if (
+                isinstance(op, torch._ops.OpOverload)
+                and mutated_arguments(op._schema)
+                and FunctionalizedOp(op).__name__ == name
+            ):
+                return FunctionalizedOp(op)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -88,7 +91,7 @@ class FunctionalizedOp:
         return self  # one instance per op (copying a graph module copies targets)
 
     def __reduce__(self) -> str:
-        return self.__name__  # pickled by reference (see the module's __getattr__)
+        return str(self.__name__)  # pickled by reference (the module's __getattr__)
 
     def __repr__(self) -> str:
         return f"FunctionalizedOp({self.op})"

@@ -207,6 +207,7 @@ def _rewrite(
         with graph.inserting_before(getitem):
             for name in written:
                 kind, params = views[name]
+                assert kind is not None  # a whole base is one argument's alone
                 index = target.num_returns + target.mutated.index(name)
                 new = create(operator.getitem, (call, index), call.meta["val"][index])
                 value = create(_VIEWS[kind][2], (value, new, *params), known(slot))
