@@ -10,10 +10,16 @@ declares ``requires_aliased_plugin_io=True`` (see :func:`in_place_writer`).
 
 from __future__ import annotations
 
+import logging
 import operator
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
+
+logger = logging.getLogger(__name__)
+
+# in_place_plugin_binding for plugins that declare no alias (CompilationSettings)
+SAME_ADDRESS = "same_address"
 
 
 def mutated_arguments(schema: torch.FunctionSchema) -> List[torch.Argument]:
@@ -139,6 +145,9 @@ class FunctionalizedOp:
                     "return a TensorRT tensor for each of the op's returns and "
                     f"mutated arguments {list(self.mutated)}"
                 )
+            node = ctx.current_node
+            if node is not None and updates_in_place(node):
+                record_in_place_outputs(ctx, node, args, kwargs, outputs)
             return tuple(outputs)
 
         return convert_functionalized
@@ -225,3 +234,159 @@ def in_place_source(value: Any) -> Optional[torch.fx.Node]:
             break
         source = value = argument
     return source
+
+
+def record_in_place_outputs(
+    ctx: Any, node: torch.fx.Node, args: Any, kwargs: Any, outputs: Sequence[Any]
+) -> None:
+    """Record the new values the converter of ``node`` computes in the memory of
+    engine inputs as #4251 aliased outputs (kind ``user``), which both runtimes
+    bind to the caller's tensor, so the state is updated where it lives.
+
+    The one place that records them, for every converter that declares
+    ``requires_aliased_plugin_io`` (TensorRT does not report plugin aliases
+    itself). Recorded only when it is safe: the mutated argument is an engine
+    input (or the state an earlier in-place writer of this engine updates),
+    ``node`` is its only reader (otherwise TensorRT copies it first), and the new
+    value is an engine output and the state's final value in the engine.
+    Anything else keeps the copy-back path, with a warning naming why; with
+    ``in_place_plugin_binding="same_address"`` the writer writes only what it
+    changes into its output, so anything but an in-place binding would lose the
+    rest of the state, and that is an error.
+    """
+    from torch_tensorrt.dynamo.conversion._ConversionContext import (
+        AliasedOutput,
+        AliasKind,
+    )
+    from torch_tensorrt.dynamo.conversion.impl.slice_scatter import (
+        input_binding_name,
+    )
+
+    op = node.target
+    assert isinstance(op, FunctionalizedOp)
+    same_address = ctx.compilation_settings.in_place_plugin_binding == SAME_ADDRESS
+    tensors = arguments(op.op, args, kwargs)
+    for k, (arg, state) in enumerate(mutated_values(node).items()):
+        if not isinstance(state, torch.fx.Node):
+            continue
+        network_input = tensors.get(arg)
+        binding = (
+            None
+            if network_input is None or isinstance(network_input, torch.Tensor)
+            else input_binding_name(ctx, network_input)
+        )
+        source = state
+        if binding is None:
+            # after other in-place writers, this one writes the engine input the
+            # first of them updates
+            source = in_place_source(state)
+            if same_address or source is None or source.op != "placeholder":
+                if state.op == "placeholder" or same_address:
+                    _not_in_place(
+                        op,
+                        arg,
+                        state,
+                        same_address,
+                        "it reaches the op through another layer, not as an "
+                        "engine input",
+                    )
+                continue
+            network_input = _network_input(ctx, source)
+            binding = str(network_input.name)
+        readers = other_readers(state, node)
+        if readers:
+            _not_in_place(
+                op,
+                arg,
+                state,
+                same_address,
+                f"engine input '{binding}' has other readers ({', '.join(readers)}), "
+                "so TensorRT would copy it before the in-place writer",
+            )
+            continue
+        new_values = [
+            user
+            for user in node.users
+            if user.target is operator.getitem and user.args[1] == op.num_returns + k
+        ]
+        # bound only when it is an engine output and the state's final value in
+        # the engine: an intermediate one would be overwritten in the caller's
+        # memory by the final value's write-back
+        if any(
+            any(u.op == "output" for u in value.users) and not updated_again(value)
+            for value in new_values
+        ):
+            output = outputs[op.num_returns + k]
+            _check_in_place_binding(ctx, op, arg, source, network_input, output)
+            ctx.aliased_outputs.append(AliasedOutput(output, binding, AliasKind.USER))
+        elif same_address and any(value.users for value in new_values):
+            _not_in_place(
+                op,
+                arg,
+                state,
+                same_address,
+                "its new value is read inside the engine or updated again before "
+                "it leaves the engine",
+            )
+
+
+def _not_in_place(
+    op: FunctionalizedOp, arg: str, state: torch.fx.Node, same_address: bool, why: str
+) -> None:
+    """Warn that ``arg`` is copied back, or raise for a ``same_address`` writer."""
+    if same_address:
+        raise ValueError(
+            f"{op.op}: argument '{arg}' ({state.name}) cannot be bound in place: "
+            f"{why}. With in_place_plugin_binding='same_address' the plugin writes "
+            "only what it changes into its output, so that output must be bound to "
+            "the state's own memory: the state must be an engine input read by this "
+            "plugin alone, and its new value an engine output that nothing else in "
+            "the engine updates. Use in_place_plugin_binding='declared_alias' with a "
+            "plugin that declares X.aliased() otherwise"
+        )
+    logger.warning(
+        f"{op.op}: argument '{arg}' ({state.name}) is not updated in place: {why}; "
+        "its new value is copied back instead"
+    )
+
+
+def _network_input(ctx: Any, placeholder: torch.fx.Node) -> Any:
+    """The network input of ``placeholder`` (the interpreter adds one per placeholder)."""
+    placeholders = [n for n in placeholder.graph.nodes if n.op == "placeholder"]
+    return ctx.net.get_input(placeholders.index(placeholder))
+
+
+def _check_in_place_binding(
+    ctx: Any,
+    op: FunctionalizedOp,
+    arg: str,
+    state: torch.fx.Node,
+    network_input: Any,
+    output: Any,
+) -> None:
+    """Raise if ``output`` cannot be bound to the memory of ``network_input``."""
+    binding = network_input.name
+    if output.dtype != network_input.dtype or tuple(output.shape) != tuple(
+        network_input.shape
+    ):
+        raise ValueError(
+            f"{op.op}: the output updating argument '{arg}' in place is "
+            f"{output.dtype} {tuple(output.shape)}, but engine input '{binding}' is "
+            f"{network_input.dtype} {tuple(network_input.shape)}; an output updating "
+            "an input in place must have the input's dtype and shape"
+        )
+    fake = state.meta.get("val")
+    if isinstance(fake, torch.Tensor) and not fake.is_contiguous():
+        raise ValueError(
+            f"{op.op}: argument '{arg}' (engine input '{binding}') is updated in "
+            f"place, but the example tensor is not contiguous (strides {fake.stride()})"
+            "; TensorRT binds contiguous memory, so the update would reach a copy. "
+            "Compile and call with a contiguous tensor (e.g. .contiguous())"
+        )
+    for entry in ctx.aliased_outputs:
+        if entry.input_binding_name == binding:
+            raise ValueError(
+                f"{op.op}: engine input '{binding}' (argument '{arg}') would be "
+                f"updated in place by two outputs ('{entry.output_tensor.name}' and "
+                "this one); an input can be aliased by one output only"
+            )

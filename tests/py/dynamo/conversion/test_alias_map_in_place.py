@@ -17,24 +17,6 @@ from torch_tensorrt.dynamo._SourceIR import SourceIR
 from torch_tensorrt.dynamo.conversion import dynamo_tensorrt_converter, impl
 
 
-@torch.library.custom_op("trt_alias_map::add_one_", mutates_args=("X",))
-def add_one_(X: torch.Tensor) -> None:
-    X.add_(1)
-
-
-@add_one_.register_fake
-def _(X):
-    return None
-
-
-@dynamo_tensorrt_converter(
-    torch.ops.trt_alias_map.add_one_.default, requires_aliased_plugin_io=True
-)
-def _add_one_with_declared_aliasing(ctx, target, args, kwargs, name):
-    # standard layers, declaring aliased plugin I/O as a plugin converter would
-    return impl.elementwise.add(ctx, target, SourceIR.ATEN, name, args[0], 1.0)
-
-
 @torch.library.custom_op("trt_alias_map::add_two_", mutates_args=("X",))
 def add_two_(X: torch.Tensor) -> None:
     X.add_(2)
@@ -48,24 +30,10 @@ def _(X):
 @dynamo_tensorrt_converter(
     torch.ops.trt_alias_map.add_two_.default, requires_aliased_plugin_io=True
 )
-def _add_two_recording_an_in_place_output(ctx, target, args, kwargs, name):
-    # stand-in for the plugin converter: standard layers, plus the user alias
-    # record it makes for a plugin proven to update a sole-reader input in place
-    from torch_tensorrt.dynamo.conversion._ConversionContext import (
-        AliasedOutput,
-        AliasKind,
-    )
-    from torch_tensorrt.dynamo.conversion._functionalized_op import other_readers
-    from torch_tensorrt.dynamo.conversion.impl.slice_scatter import (
-        input_binding_name,
-    )
-
-    out = impl.elementwise.add(ctx, target, SourceIR.ATEN, name, args[0], 2.0)
-    binding = input_binding_name(ctx, args[0])
-    node = ctx.current_node
-    if binding is not None and not other_readers(node.args[0], node):
-        ctx.aliased_outputs.append(AliasedOutput(out, binding, AliasKind.USER))
-    return out
+def _add_two(ctx, target, args, kwargs, name):
+    # stand-in for a plugin converter (TensorRT-RTX has no plugin layers): the
+    # wrapper of the functionalized op records its user alias
+    return impl.elementwise.add(ctx, target, SourceIR.ATEN, name, args[0], 2.0)
 
 
 @unittest.skipIf(
@@ -76,12 +44,12 @@ def _add_two_recording_an_in_place_output(ctx, target, args, kwargs, name):
 class TestInPlaceUpdatesInTheAliasMap(TestCase):
     """``in_place`` in a standalone engine's alias map only where the network proves it.
 
-    ``trt_layout::add_two_``'s converter is a stand-in for the plugin converter
-    (TensorRT-RTX has no plugin layers): ordinary layers plus the ``user`` alias
-    record the plugin converter makes for a plugin proven in place
-    (``_record_in_place_state``, tested against the real ``tensorrt.plugin`` in
-    ``test_plugin_converter_qdp.py``). It checks Torch-TensorRT's glue from that
-    record to the map, nothing about TensorRT.
+    ``trt_layout::add_two_``'s converter is a stand-in for a plugin converter
+    (TensorRT-RTX has no plugin layers): ordinary layers, declaring
+    ``requires_aliased_plugin_io``, so the functionalized op's converter wrapper
+    records the ``user`` alias (``record_in_place_outputs``, tested against the
+    real ``tensorrt.plugin`` in ``test_plugin_converter_qdp.py``). It checks
+    Torch-TensorRT's glue from that record to the map, nothing about TensorRT.
     """
 
     def _map(self, module, args, **kwargs):
@@ -148,24 +116,6 @@ class TestInPlaceUpdatesInTheAliasMap(TestCase):
         self.assertEqual(
             self._aliases(Model(), (torch.randn(2, 4),), lift_mutable_buffers=True),
             [("buf_state", "buf_state_new", "in_place", "declared_alias")],
-        )
-
-    def test_a_declaring_converter_without_an_in_place_layer_is_copied(self):
-        class Model(torch.nn.Module):
-            def forward(self, x):
-                torch.ops.trt_alias_map.add_one_(x)
-                return x * 2
-
-        with self.assertLogs("torch_tensorrt.dynamo.lowering", "WARNING") as logs:
-            aliases = self._aliases(Model(), (torch.randn(2, 4),))
-        self.assertEqual(aliases, [("x", "x_new", "copy", None)])
-        self.assertTrue(
-            any(
-                "Input 'x' is not updated in place: no plugin layer of the engine "
-                "writes it in place as output 'x_new'" in m
-                for m in logs.output
-            ),
-            logs.output,
         )
 
     def test_other_readers_fall_back_to_copy_with_a_warning(self):

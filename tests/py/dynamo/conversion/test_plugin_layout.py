@@ -25,6 +25,9 @@ from torch_tensorrt.dynamo._SourceIR import SourceIR
 from torch_tensorrt.dynamo.conversion import dynamo_tensorrt_converter, impl
 from torch_tensorrt.dynamo.conversion._ConversionContext import ConversionContext
 from torch_tensorrt.dynamo.conversion._TRTInterpreter import TRTInterpreter
+from torch_tensorrt.dynamo.conversion._functionalized_op import (
+    record_in_place_outputs,
+)
 from torch_tensorrt.dynamo.conversion.plugins._plugin_call import add_plugin_for_op
 from torch_tensorrt.dynamo.conversion.plugins._plugin_layout import PluginLayout
 
@@ -469,10 +472,11 @@ class TestPluginGlue(TestCase):
             input_attrs={"alpha": float},
             num_outputs=3,
         )
-        add_plugin_for_op(
+        args = args or (i["state"], i["x"], i["count"])
+        outputs = add_plugin_for_op(
             ctx,
             "t",
-            args or (i["state"], i["x"], i["count"]),
+            args,
             {},
             "node",
             PluginLayout.from_op(torch.ops.trt_layout.update_and_read.default),
@@ -485,6 +489,7 @@ class TestPluginGlue(TestCase):
                 (trt.float32, a) for a in aliased
             ],
         )
+        record_in_place_outputs(ctx, node, args, {}, outputs)
         return [
             (a.output_tensor.name, a.input_binding_name, a.kind.value)
             for a in ctx.aliased_outputs
@@ -500,9 +505,7 @@ class TestPluginGlue(TestCase):
         )
 
     def test_other_readers_or_unread_new_values_keep_the_copy_back(self):
-        with self.assertLogs(
-            "torch_tensorrt.dynamo.conversion.plugins", "WARNING"
-        ) as logs:
+        with self.assertLogs("torch_tensorrt.dynamo.conversion", "WARNING") as logs:
             recorded = self._recorded(self._node(extra_reader=True))
         self.assertEqual(recorded, [("plugin output 2", "count", "user")])
         self.assertIn(
@@ -559,7 +562,7 @@ class TestPluginGlue(TestCase):
         f32, f16 = trt.float32, trt.float16
         with self.assertRaisesRegex(
             ValueError,
-            r"update_and_read.default: the plugin output aliasing argument 'state' "
+            r"update_and_read.default: the output updating argument 'state' in place "
             r"is DataType.HALF \(2, 4\), but engine input 'state' is "
             r"DataType.FLOAT \(2, 4\)",
         ):
@@ -593,7 +596,7 @@ class TestPluginGlue(TestCase):
         with self.assertRaisesRegex(
             ValueError,
             r"engine input 'count' \(argument 'count'\) would be updated in place by "
-            r"two outputs \('cache_out' and this plugin's\)",
+            r"two outputs \('cache_out' and this one\)",
         ):
             self._recorded(
                 self._node(),
@@ -651,7 +654,7 @@ class TestPluginGlue(TestCase):
         ), self.assertRaisesRegex(
             ValueError,
             r"argument 'state' \(getitem\) cannot be bound in place: it reaches the "
-            r"plugin through another layer",
+            r"op through another layer",
         ):
             self._recorded(
                 self._chained_node(),

@@ -5,10 +5,13 @@ the state in its memory, so it declares ``requires_aliased_plugin_io`` too.
 """
 
 import unittest
+from unittest import mock
 
 import torch
 import torch_tensorrt
 from torch.testing._internal.common_utils import TestCase, run_tests
+from torch_tensorrt import ENABLED_FEATURES
+from torch_tensorrt.dynamo import _compiler
 from torch_tensorrt.dynamo._SourceIR import SourceIR
 from torch_tensorrt.dynamo.conversion import dynamo_tensorrt_converter, impl
 
@@ -75,6 +78,20 @@ class TestLowerAutoFunctionalized(TestCase):
         self.assertIn("FunctionalizedOp(trt_mut.write_rows_.default)", targets)
         self.assertIn("aten.copy_.default", targets)  # the write-backs are kept
         self.assertIn("auto_functionalized_v2", targets)  # swap_
+
+    @unittest.skipIf(
+        torch.cuda.is_available() or not ENABLED_FEATURES.tensorrt_rtx,
+        "Builds the engine on a host without a GPU (TensorRT-RTX)",
+    )
+    def test_standalone_engine_records_the_alias(self):
+        results, interpret = [], _compiler.interpret_module_to_result
+        spy = lambda *a, **k: results.append(interpret(*a, **k)) or results[-1]
+        ep = torch.export.export(WriteRows(), _inputs())
+        with mock.patch.object(_compiler, "interpret_module_to_result", spy):
+            torch_tensorrt.dynamo.convert_exported_program_to_serialized_trt_engine(
+                ep, arg_inputs=_inputs(), require_full_compilation=True
+            )
+        self.assertEqual(results[0].aliased_io, {"cache_new": ("cache", "user")})
 
     @unittest.skipIf(not torch.cuda.is_available(), "Runs an engine: needs a GPU")
     def test_compiled_module_updates_the_input_in_place(self):

@@ -10,7 +10,6 @@ layer.
 from __future__ import annotations
 
 import logging
-import operator
 import uuid
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -19,22 +18,10 @@ import tensorrt as trt
 import torch
 from torch.fx.node import Argument, Target
 from torch_tensorrt._enums import dtype as _dtype
-from torch_tensorrt.dynamo.conversion._ConversionContext import (
-    AliasedOutput,
-    AliasKind,
-    ConversionContext,
-)
-from torch_tensorrt.dynamo.conversion._functionalized_op import (
-    in_place_source,
-    other_readers,
-    updated_again,
-)
+from torch_tensorrt.dynamo.conversion._ConversionContext import ConversionContext
+from torch_tensorrt.dynamo.conversion._functionalized_op import SAME_ADDRESS
 from torch_tensorrt.dynamo.conversion.converter_utils import get_trt_tensor
-from torch_tensorrt.dynamo.conversion.impl.slice_scatter import input_binding_name
 from torch_tensorrt.dynamo.conversion.plugins._plugin_layout import PluginLayout
-
-# in_place_plugin_binding for plugins that declare no alias (CompilationSettings)
-SAME_ADDRESS = "same_address"
 
 logger = logging.getLogger(__name__)
 
@@ -272,168 +259,10 @@ def add_plugin_for_op(
         f"Added plugin {plugin_id} for {layout.op}: {layout.describe(return_lengths)}"
     )
     outputs = [layer.get_output(i) for i in range(layer.num_outputs)]
-    if node is not None:
-        _record_in_place_state(
-            ctx, layout, node, tensors, outputs, return_lengths, same_address
-        )
-    elif same_address:
+    if node is None and same_address:
         raise ValueError(
             f"{layout.op}: with in_place_plugin_binding='same_address' the plugin "
             "writes its state through an output bound to the state's memory, which "
             "needs the FX node being converted (ConversionContext.current_node)"
         )
     return layout.group_outputs(outputs, return_lengths)
-
-
-def _record_in_place_state(
-    ctx: ConversionContext,
-    layout: PluginLayout,
-    node: torch.fx.Node,
-    tensors: Dict[str, trt.ITensor],
-    outputs: Sequence[Any],
-    return_lengths: Sequence[int],
-    same_address: bool = False,
-) -> None:
-    """Record plugin outputs that update an engine input in place.
-
-    The runtimes then bind that output to the caller's tensor (``aliased_io``,
-    kind ``user``; TensorRT does not report plugin aliases itself), so the state
-    is updated where it lives. Recorded only when it is safe: the mutated
-    argument is a network input (or the state an earlier in-place plugin of this
-    engine updates, for a declared alias), the plugin is its only reader
-    (otherwise TensorRT copies it first), and the new value is an output of this
-    engine and the state's final value in it. Otherwise a declared alias keeps
-    the copy-back path, with a warning; a ``same_address`` plugin writes only
-    what it changes into its output, so anything but an in-place binding would
-    lose the rest of the state, and that is an error.
-    """
-    fx_values = layout.bind(node.args, dict(node.kwargs))
-    first_alias = len(layout.outputs(return_lengths)) - len(layout.mutated)
-    for k, arg in enumerate(layout.mutated):
-        state = fx_values[arg]
-        if not isinstance(state, torch.fx.Node):
-            continue
-
-        network_input = tensors[arg]
-        binding = input_binding_name(ctx, network_input)
-        source = state
-        if binding is None:
-            # after other in-place plugins, this one writes the engine input the
-            # first of them updates
-            source = in_place_source(state)
-            if same_address or source is None or source.op != "placeholder":
-                if state.op == "placeholder" or same_address:
-                    _not_in_place(
-                        layout,
-                        arg,
-                        state,
-                        same_address,
-                        "it reaches the plugin through another layer, not as an "
-                        "engine input",
-                    )
-                continue
-            network_input = _network_input(ctx, source)
-            binding = str(network_input.name)
-        readers = other_readers(state, node)
-        if readers:
-            _not_in_place(
-                layout,
-                arg,
-                state,
-                same_address,
-                f"engine input '{binding}' has other readers ({', '.join(readers)}), "
-                "so TensorRT would copy it before the in-place plugin",
-            )
-            continue
-        index = len(layout.returns) + k
-        new_values = [
-            user
-            for user in node.users
-            if user.target is operator.getitem and user.args[1] == index
-        ]
-        # bound only when it is an engine output and the state's final value in
-        # the engine: an intermediate one would be overwritten in the caller's
-        # memory by the final value's write-back
-        if any(
-            any(u.op == "output" for u in value.users) and not updated_again(value)
-            for value in new_values
-        ):
-            output = outputs[first_alias + k]
-            _check_in_place_binding(ctx, layout, arg, source, network_input, output)
-            ctx.aliased_outputs.append(AliasedOutput(output, binding, AliasKind.USER))
-        elif same_address and any(value.users for value in new_values):
-            _not_in_place(
-                layout,
-                arg,
-                state,
-                same_address,
-                "its new value is read inside the engine or updated again before "
-                "it leaves the engine",
-            )
-
-
-def _not_in_place(
-    layout: PluginLayout,
-    arg: str,
-    state: torch.fx.Node,
-    same_address: bool,
-    why: str,
-) -> None:
-    """Warn that ``arg`` is copied back, or raise for a ``same_address`` plugin."""
-    if same_address:
-        raise ValueError(
-            f"{layout.op}: argument '{arg}' ({state.name}) cannot be bound in "
-            f"place: {why}. With in_place_plugin_binding='same_address' the "
-            "plugin writes only what it changes into its output, so that "
-            "output must be bound to the state's own memory: the state must "
-            "be an engine input read by this plugin alone, and its new value "
-            "an engine output that nothing else in the engine updates. Use "
-            "in_place_plugin_binding='declared_alias' with a plugin that "
-            "declares X.aliased() otherwise"
-        )
-    logger.warning(
-        f"{layout.op}: argument '{arg}' ({state.name}) is not updated in "
-        f"place: {why}; its new value is copied back instead"
-    )
-
-
-def _network_input(ctx: ConversionContext, placeholder: torch.fx.Node) -> trt.ITensor:
-    """The network input of ``placeholder`` (the interpreter adds one per placeholder)."""
-    placeholders = [n for n in placeholder.graph.nodes if n.op == "placeholder"]
-    return ctx.net.get_input(placeholders.index(placeholder))
-
-
-def _check_in_place_binding(
-    ctx: ConversionContext,
-    layout: PluginLayout,
-    arg: str,
-    state: torch.fx.Node,
-    network_input: trt.ITensor,
-    output: trt.ITensor,
-) -> None:
-    """Raise if ``output`` cannot be bound to the memory of ``network_input``."""
-    binding = network_input.name
-    if output.dtype != network_input.dtype or tuple(output.shape) != tuple(
-        network_input.shape
-    ):
-        raise ValueError(
-            f"{layout.op}: the plugin output aliasing argument '{arg}' is "
-            f"{output.dtype} {tuple(output.shape)}, but engine input '{binding}' is "
-            f"{network_input.dtype} {tuple(network_input.shape)}; an output updating "
-            "an input in place must have the input's dtype and shape"
-        )
-    fake = state.meta.get("val")
-    if isinstance(fake, torch.Tensor) and not fake.is_contiguous():
-        raise ValueError(
-            f"{layout.op}: argument '{arg}' (engine input '{binding}') is updated in "
-            f"place, but the example tensor is not contiguous (strides {fake.stride()})"
-            "; TensorRT binds contiguous memory, so the update would reach a copy. "
-            "Compile and call with a contiguous tensor (e.g. .contiguous())"
-        )
-    for entry in ctx.aliased_outputs:
-        if entry.input_binding_name == binding:
-            raise ValueError(
-                f"{layout.op}: engine input '{binding}' (argument '{arg}') would be "
-                f"updated in place by two outputs ('{entry.output_tensor.name}' and "
-                "this plugin's); an input can be aliased by one output only"
-            )
