@@ -75,6 +75,21 @@ def test_the_whole_stack_can_be_left_to_the_caller(pieces):
     assert rec.calls[-1] == ("pip", "whole.whl")
 
 
+def test_no_prefix_after_the_piece_checked_through(pieces):
+    rec = Recorder()
+    results = prefixes.check_prefixes(
+        pieces, "py", "standard", "/out", run=rec.run, build=rec.build, through="one"
+    )
+    assert results == [("one", "3 passed in 0.1s")]
+    assert rec.calls[-1] == ("pip", "whole.whl")
+    with pytest.raises(
+        PatchsetError, match=r"--through three: no such piece \(one, two\)"
+    ):
+        prefixes.check_prefixes(
+            pieces, "py", "rtx", "/out", run=rec.run, build=rec.build, through="three"
+        )
+
+
 def test_a_failing_prefix_is_named_and_the_venv_restored(pieces):
     rec = Recorder(failing={"tests/py/test_a.py"})
     with pytest.raises(

@@ -42,7 +42,9 @@ def _cmd_check(args: argparse.Namespace) -> str:
     python = args.python or sys.executable
     skip = args.skip_whole
     with tempfile.TemporaryDirectory(prefix="patchset-prefixes-") as out:
-        results = prefixes.check_prefixes(pieces, python, flavour, out, skip_whole=skip)
+        results = prefixes.check_prefixes(
+            pieces, python, flavour, out, skip_whole=skip, through=args.through
+        )
     lines = [summary, f"each prefix alone ({flavour}), its own tests:"]
     lines += [f"  {k}. {piece}: {r}" for k, (piece, r) in enumerate(results, 1)]
     return "\n".join(lines)
@@ -123,6 +125,7 @@ def main(argv: List[str]) -> int:
     p.add_argument("--python", help="python of the venv to test prefixes in")
     p.add_argument("--flavour", choices=FLAVOUR_CHOICES)
     p.add_argument("--skip-whole", action="store_true", help="not the whole stack")
+    p.add_argument("--through", metavar="PIECE", help="no prefix after this piece")
     p = command("export", _cmd_export, "the patch set as upstream branches")
     p.add_argument("checkout", help="path of a clean pytorch/TensorRT git checkout")
     p.add_argument("--branch", default="inplace-plugins", help="(prefix of) branch")

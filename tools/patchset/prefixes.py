@@ -77,9 +77,11 @@ def check_prefixes(
     run: Runner = _run,
     build: Optional[Builder] = None,
     skip_whole: bool = False,
+    through: Optional[str] = None,
 ) -> List[Tuple[str, str]]:
-    """(piece, pytest summary) of each prefix (but the whole with ``skip_whole``)
-    installed in the venv of ``python``; raises naming each failing prefix."""
+    """(piece, pytest summary) of each prefix (but the whole with ``skip_whole``;
+    none after piece ``through``) installed in the venv of ``python``; raises
+    naming each failing prefix."""
     build = build or wheelbuild.build_patched_wheel
     env = dict(os.environ, PYTHONPATH=os.path.join(REPO_ROOT, "tools"))
     env["TORCHTRT_PATCHSET_ENV"] = "rtx" if flavour == "rtx" else "standard"
@@ -91,8 +93,16 @@ def check_prefixes(
     failed: List[str] = []
     every = series.all_patches(pieces)
     grown = _grown_tests(every)
+    checked = pieces[:-1] if skip_whole else pieces
+    if through is not None:
+        ids = [p.id for p in pieces]
+        if through not in ids:
+            raise PatchsetError(
+                f"--through {through}: no such piece ({', '.join(ids)})"
+            )
+        checked = checked[: ids.index(through) + 1]
     try:
-        for k, piece in enumerate(pieces[:-1] if skip_whole else pieces, 1):
+        for k, piece in enumerate(checked, 1):
             prefix, out = pieces[:k], os.path.join(out_dir, f"{k:02d}-{piece.id}")
             patches = series.all_patches(prefix)
             modules = [m for p in prefix for m in p.modules]
