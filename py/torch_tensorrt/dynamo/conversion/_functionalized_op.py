@@ -145,7 +145,7 @@ class FunctionalizedOp:
                     "return a TensorRT tensor for each of the op's returns and "
                     f"mutated arguments {list(self.mutated)}"
                 )
-            node = ctx.current_node
+            node = getattr(ctx, "current_node", None)
             if node is not None and updates_in_place(node):
                 record_in_place_outputs(ctx, node, args, kwargs, outputs)
             return tuple(outputs)

@@ -24,10 +24,10 @@ from torch_tensorrt.dynamo._settings import CompilationSettings
 from torch_tensorrt.dynamo._SourceIR import SourceIR
 from torch_tensorrt.dynamo.conversion import dynamo_tensorrt_converter, impl
 from torch_tensorrt.dynamo.conversion._ConversionContext import ConversionContext
-from torch_tensorrt.dynamo.conversion._TRTInterpreter import TRTInterpreter
 from torch_tensorrt.dynamo.conversion._functionalized_op import (
     record_in_place_outputs,
 )
+from torch_tensorrt.dynamo.conversion._TRTInterpreter import TRTInterpreter
 from torch_tensorrt.dynamo.conversion.plugins._plugin_call import add_plugin_for_op
 from torch_tensorrt.dynamo.conversion.plugins._plugin_layout import PluginLayout
 

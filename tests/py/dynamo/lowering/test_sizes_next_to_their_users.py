@@ -5,7 +5,9 @@ A start taken from a prefix's length (``t = q.shape[1]``) and used after a
 custom op that PyTorch runs was computed before the op and handed to the
 engine after it as a shape-tensor input, which TensorRT-RTX failed to build
 ("setShapeInterval was not called for tensor"; compile() raised "engine
-build failed"). Each user now computes the size itself, from the graph input.
+build failed"). Each user now computes the size itself, from the graph input,
+and an engine that takes a size as a number from an earlier engine (the
+partitioner places a size as soon as its input is ready) computes it itself.
 """
 
 import unittest
@@ -42,6 +44,19 @@ class StartUsedAfterAnOpInPyTorch(torch.nn.Module):
         s[:, t : t + 1] = u
         torch.ops.trt_sizes.bump_(s)
         s[:, t + 1 : t + 2] = v
+        return s.sum(dim=1)
+
+
+class SizesReadyBeforeAnOpInPyTorch(torch.nn.Module):
+    # the partitioner puts the second size into the first engine, as soon as its
+    # graph input is ready (generated state program 11785)
+    def forward(self, s, u, v, q, r):
+        s.add_(1)
+        torch.ops.trt_sizes.bump_(s)
+        t = q.shape[1]
+        s[:, t : t + 1] = u
+        w = r.shape[1]
+        s[:, w : w + 1] = v
         return s.sum(dim=1)
 
 
@@ -91,6 +106,28 @@ class TestCompile(TestCase):
             compiled, eager = _args(length), _args(length)
             self.assertEqual(trt(*compiled), StartUsedAfterAnOpInPyTorch()(*eager))
             self.assertEqual(compiled[0], eager[0], msg=f"length {length}")
+
+    def test_a_size_the_partitioner_put_into_an_earlier_engine(self):
+        def args(length):
+            return _args(length) + (torch.zeros(1, length + 1),)
+
+        length = torch.export.Dim("length", min=2, max=5)
+        ep = torch.export.export(
+            SizesReadyBeforeAnOpInPyTorch(),
+            args(2),
+            dynamic_shapes=(None, None, None, {1: length}, {1: length + 1}),
+        )
+        inputs = list(args(2))
+        inputs[3:] = [
+            torch_tensorrt.Input(min_shape=(1, n), opt_shape=(1, n), max_shape=(1, x))
+            for n, x in ((2, 5), (3, 6))
+        ]
+        with engines_built_execution_stood_in():
+            trt = torch_tensorrt.dynamo.compile(ep, arg_inputs=inputs, min_block_size=1)
+        for n in (2, 3, 5):
+            compiled, eager = args(n), args(n)
+            self.assertEqual(trt(*compiled), SizesReadyBeforeAnOpInPyTorch()(*eager))
+            self.assertEqual(compiled[0], eager[0], msg=f"length {n}")
 
 
 if __name__ == "__main__":
