@@ -89,45 +89,30 @@ class TestThePass(TestCase):
 
 @unittest.skipIf(not CPU_BUILDER, CPU_ONLY)
 class TestCompile(TestCase):
-    def test_a_start_used_after_an_op_pytorch_runs(self):
-        dims = ({1: torch.export.Dim("length", min=2, max=6)},)
-        ep = torch.export.export(
-            StartUsedAfterAnOpInPyTorch(),
-            _args(2),
-            dynamic_shapes=(None, None, None) + dims,
-        )
-        inputs = list(_args(2))
-        inputs[3] = torch_tensorrt.Input(
-            min_shape=(1, 2), opt_shape=(1, 2), max_shape=(1, 6)
-        )
-        with engines_built_execution_stood_in():
-            trt = torch_tensorrt.dynamo.compile(ep, arg_inputs=inputs, min_block_size=1)
-        for length in (2, 4, 6):
-            compiled, eager = _args(length), _args(length)
-            self.assertEqual(trt(*compiled), StartUsedAfterAnOpInPyTorch()(*eager))
-            self.assertEqual(compiled[0], eager[0], msg=f"length {length}")
-
-    def test_a_size_the_partitioner_put_into_an_earlier_engine(self):
-        def args(length):
-            return _args(length) + (torch.zeros(1, length + 1),)
-
+    def _matches_eager(self, model, args, lengths):
+        """``args(length)``: prefixes of that length and the next (dims 3, 4 on)."""
         length = torch.export.Dim("length", min=2, max=5)
-        ep = torch.export.export(
-            SizesReadyBeforeAnOpInPyTorch(),
-            args(2),
-            dynamic_shapes=(None, None, None, {1: length}, {1: length + 1}),
-        )
-        inputs = list(args(2))
-        inputs[3:] = [
-            torch_tensorrt.Input(min_shape=(1, n), opt_shape=(1, n), max_shape=(1, x))
-            for n, x in ((2, 5), (3, 6))
+        dims = ({1: length}, {1: length + 1})[: len(args(2)) - 3]
+        ep = torch.export.export(model, args(2), dynamic_shapes=(None,) * 3 + dims)
+        inputs = list(args(2))[:3] + [
+            torch_tensorrt.Input(
+                min_shape=(1, n), opt_shape=(1, n), max_shape=(1, n + 3)
+            )
+            for n in (2, 3)[: len(dims)]
         ]
         with engines_built_execution_stood_in():
             trt = torch_tensorrt.dynamo.compile(ep, arg_inputs=inputs, min_block_size=1)
-        for n in (2, 3, 5):
+        for n in lengths:
             compiled, eager = args(n), args(n)
-            self.assertEqual(trt(*compiled), SizesReadyBeforeAnOpInPyTorch()(*eager))
+            self.assertEqual(trt(*compiled), type(model)()(*eager))
             self.assertEqual(compiled[0], eager[0], msg=f"length {n}")
+
+    def test_a_start_used_after_an_op_pytorch_runs(self):
+        self._matches_eager(StartUsedAfterAnOpInPyTorch(), _args, (2, 4, 5))
+
+    def test_a_size_the_partitioner_put_into_an_earlier_engine(self):
+        args = lambda n: _args(n) + (torch.zeros(1, n + 1),)
+        self._matches_eager(SizesReadyBeforeAnOpInPyTorch(), args, (2, 3, 5))
 
 
 if __name__ == "__main__":

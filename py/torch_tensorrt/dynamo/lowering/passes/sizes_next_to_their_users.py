@@ -90,102 +90,74 @@ def sizes_next_to_their_users(
     return gm
 
 
-def sizes_in_the_engines_that_use_them(parent: torch.fx.GraphModule) -> int:
-    """Compute in each engine the sizes of graph inputs it takes as numbers.
-
-    The pass above puts a size next to each user, but the partitioners place a
-    node as soon as its inputs are ready, so a size of a graph input can still
-    land in an earlier engine or PyTorch submodule and reach its user's engine
-    as a number: a shape tensor input. This moves each such size into the
-    engine (``_run_on_acc`` submodule) that takes it: the engine takes the
-    graph input instead, or reuses its own, and computes the size from it.
-    Returns the number of engine inputs replaced.
-    """
-    replaced = 0
+def sizes_in_the_engines_that_use_them(parent: torch.fx.GraphModule) -> None:
+    """Compute in each engine (``_run_on_acc`` submodule) the sizes of graph inputs
+    it would take as numbers from an earlier submodule or the parent graph: the
+    engine takes the graph input instead (or reuses its own) and the size's
+    computation is copied in before its first user."""
     for call in list(parent.graph.nodes):
         if call.op != "call_module" or "_run_on_acc" not in str(call.target):
             continue
         engine = parent.get_submodule(str(call.target))
-        for placeholder in _placeholders(engine.graph):
-            if isinstance(placeholder.meta.get("val"), torch.Tensor):
-                continue
-            found = _size_source(
-                parent, call.args[_placeholders(engine.graph).index(placeholder)]
-            )
-            if found is None:
+        for placeholder in _placeholders(engine):
+            k = _placeholders(engine).index(placeholder)
+            found = _size_source(parent, call.args[k])
+            val = placeholder.meta.get("val")
+            if found is None or isinstance(val, torch.Tensor) or not placeholder.users:
                 continue
             chain, sources = found
-            # placeholders are the engine's arguments in order: a new one comes
-            # first, before every node, and its graph input first among the args
             copies: Dict[torch.fx.Node, torch.fx.Node] = {}
             for inner, outer in sources.items():
-                taken = dict(zip(call.args, _placeholders(engine.graph)))
-                if outer not in taken:
+                if outer not in call.args:
+                    # placeholders are the engine's arguments in order: a new
+                    # one comes first, and so does its graph input
                     with engine.graph.inserting_before(next(iter(engine.graph.nodes))):
-                        taken[outer] = engine.graph.placeholder(outer.name)
-                    taken[outer].meta = dict(outer.meta)
+                        engine.graph.placeholder(outer.name).meta = dict(outer.meta)
                     call.args = (outer, *call.args)
-                copies[inner] = taken[outer]
+                copies[inner] = _placeholders(engine)[call.args.index(outer)]
             with engine.graph.inserting_before(next(iter(placeholder.users))):
                 for original in chain:
                     copies[original] = engine.graph.node_copy(
-                        original, lambda n, made=copies: made[n]
+                        original, copies.__getitem__
                     )
-            k = _placeholders(engine.graph).index(placeholder)
+            k = _placeholders(engine).index(placeholder)
             placeholder.replace_all_uses_with(copies[chain[-1]])
             engine.graph.erase_node(placeholder)
             call.args = call.args[:k] + call.args[k + 1 :]
             engine.recompile()
-            replaced += 1
-    if replaced:
-        parent.recompile()
-        logger.debug(f"{replaced} size(s) of graph inputs moved into their engines")
-    return replaced
+    parent.recompile()
 
 
-def _placeholders(graph: torch.fx.Graph) -> List[torch.fx.Node]:
-    return [n for n in graph.nodes if n.op == "placeholder"]
+def _placeholders(module: Any) -> List[torch.fx.Node]:
+    return [n for n in module.graph.nodes if n.op == "placeholder"]
 
 
 def _size_source(
     parent: torch.fx.GraphModule, value: Any
 ) -> Optional[Tuple[List[torch.fx.Node], Dict[torch.fx.Node, torch.fx.Node]]]:
-    """The chain computing ``value`` from sizes of the parent's graph inputs (in the
-    parent or in the submodule that returns it), and each placeholder the chain
-    reads mapped to the parent's graph input; or None."""
+    """The chain computing ``value`` from sizes of the parent's graph inputs, in the
+    parent or in the submodule returning it, and the parent's graph input of each
+    tensor the chain reads; or None."""
     if not isinstance(value, torch.fx.Node):
         return None
-    graph_args: Sequence[Any] = ()
-    node: Any = value
-    if value.op == "call_function" and value.target is operator.getitem:
+    producer, index = value, 0
+    if value.target is operator.getitem:
         producer, index = value.args
-        if not isinstance(producer, torch.fx.Node) or producer.op != "call_module":
-            return None
-        inner = parent.get_submodule(str(producer.target))
-        node = _output_values(inner.graph)[index]
-        graph_args = producer.args
-    elif value.op == "call_module":
-        inner = parent.get_submodule(str(value.target))
-        (node,) = _output_values(inner.graph)
-        graph_args = value.args
-    if not isinstance(node, torch.fx.Node):
-        return None
-    chain = _size_chain(node)
+    node, module = value, None
+    if isinstance(producer, torch.fx.Node) and producer.op == "call_module":
+        module = parent.get_submodule(str(producer.target))
+        (output,) = [n for n in module.graph.nodes if n.op == "output"]
+        outputs = output.args[0]
+        node = outputs[index] if isinstance(outputs, (tuple, list)) else outputs
+    chain = _size_chain(node) if isinstance(node, torch.fx.Node) else None
     if chain is None:
         return None
-    sources: Dict[torch.fx.Node, torch.fx.Node] = {}
-    for size in chain:
-        if size.target is torch.ops.aten.sym_size.int:
-            tensor = size.args[0]
-            if graph_args:  # a placeholder of the producer: its argument
-                tensor = graph_args[_placeholders(tensor.graph).index(tensor)]
-            if not isinstance(tensor, torch.fx.Node) or tensor.op != "placeholder":
-                return None
-            sources[size.args[0]] = tensor
+    sources = {}
+    for size in (n for n in chain if n.target is torch.ops.aten.sym_size.int):
+        tensor = size.args[0]
+        if module is not None:  # the producer's placeholder: its argument
+            tensor = producer.args[_placeholders(module).index(tensor)]
+        if not isinstance(tensor, torch.fx.Node) or tensor.op != "placeholder":
+            return None
+        sources[size.args[0]] = tensor
     return chain, sources
-
-
-def _output_values(graph: torch.fx.Graph) -> List[Any]:
-    (output,) = [n for n in graph.nodes if n.op == "output"]
-    values = output.args[0]
-    return list(values) if isinstance(values, (tuple, list)) else [values]
