@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import operator
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 from torch_tensorrt.dynamo._settings import CompilationSettings
