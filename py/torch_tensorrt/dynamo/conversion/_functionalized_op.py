@@ -15,6 +15,7 @@ import operator
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
+from torch_tensorrt.dynamo.utils import is_write_back
 
 logger = logging.getLogger(__name__)
 
@@ -36,14 +37,6 @@ def arguments(
 ) -> Dict[str, Any]:
     """The arguments of a call of ``op`` by schema name"""
     return dict(zip((arg.name for arg in op._schema.arguments), args), **kwargs)
-
-
-def is_write_back(node: torch.fx.Node) -> bool:
-    """``aten.copy_``: how ``ExportedProgram.module()`` writes a mutation back."""
-    return node.op == "call_function" and node.target in (
-        torch.ops.aten.copy_.default,
-        torch.ops.aten.copy_,
-    )
 
 
 def __getattr__(name: str) -> FunctionalizedOp:

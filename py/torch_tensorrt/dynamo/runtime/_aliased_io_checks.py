@@ -32,7 +32,6 @@ import math
 from typing import Any, Dict, Optional, Sequence, Tuple
 
 import torch
-from torch_tensorrt.dynamo.conversion._ConversionContext import AliasKind
 from torch_tensorrt.dynamo.runtime._serialized_engine_layout import (
     SERIALIZED_ALIASED_IO_FIELD_DELIM as _FIELD_DELIM,
 )
@@ -40,7 +39,9 @@ from torch_tensorrt.dynamo.runtime._serialized_engine_layout import (
     SERIALIZED_ALIASED_IO_RECORD_DELIM as _RECORD_DELIM,
 )
 
-ALIAS_KINDS = tuple(kind.value for kind in AliasKind)
+# The kinds a record may name: the values of conversion's AliasKind, as the
+# serialized records (and the C++ runtime) spell them
+ALIAS_KINDS = ("kv_cache_update", "user")
 
 
 class AliasedIOError(RuntimeError):

@@ -32,7 +32,7 @@ from typing import (
 
 import torch
 from torch_tensorrt._features import ENABLED_FEATURES
-from torch_tensorrt.dynamo.conversion._functionalized_op import is_write_back
+from torch_tensorrt.dynamo.utils import is_write_back
 
 logger = logging.getLogger(__name__)
 

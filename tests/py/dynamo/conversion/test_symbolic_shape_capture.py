@@ -468,7 +468,7 @@ class TestNumbersComeBackAsNumbers(TestCase):
         self.assertEqual(result[4], eager[4])
 
     def test_numbers_read_from_the_device_cost_one_synchronization(self):
-        from torch_tensorrt.dynamo.conversion._output_shape_metadata import (
+        from torch_tensorrt.dynamo.runtime._number_outputs import (
             numbers_from_device,
         )
 

@@ -20,7 +20,9 @@ from torch.testing._internal.common_utils import TestCase, run_tests
 from torch_tensorrt import ENABLED_FEATURES
 from torch_tensorrt._Device import Device
 from torch_tensorrt.dynamo._settings import CompilationSettings
+from torch_tensorrt.dynamo.conversion._ConversionContext import AliasKind
 from torch_tensorrt.dynamo.runtime._aliased_io_checks import (
+    ALIAS_KINDS,
     AliasedIOError,
     check_aliased_io_against_engine,
     check_aliased_io_records,
@@ -51,6 +53,16 @@ class TestReadingRecords(TestCase):
             read_aliased_io_records(serialize_aliased_io(records), "e"), records
         )
         self.assertEqual(read_aliased_io_records("", "e"), {})
+
+    def test_every_kind_conversion_records_is_read(self):
+        """The runtime spells the kinds itself (it imports nothing from
+        conversion); they must stay the values conversion records."""
+        self.assertEqual(set(ALIAS_KINDS), {kind.value for kind in AliasKind})
+        for kind in AliasKind:
+            records = {"state_new": ("state", kind.value)}
+            self.assertEqual(
+                read_aliased_io_records(serialize_aliased_io(records), "e"), records
+            )
 
     def test_what_2_14_0_skipped_or_kept_silently_is_an_error(self):
         cases = {
