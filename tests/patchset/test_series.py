@@ -34,6 +34,7 @@ def test_the_real_series():
         "per-call",
         "hf-decoders",
         "users-2",
+        "state-steps",
     ]
     # the pieces that build on #4459 say so
     buffer = next(p for p in pieces if p.id == "buffer-state")

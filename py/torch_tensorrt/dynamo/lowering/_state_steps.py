@@ -1,0 +1,84 @@
+"""The state steps of lowering, one function for every entry point.
+
+A graph that writes its inputs or buffers needs more than ``post_lowering``:
+its mutated buffers lifted into inputs (``lift_mutated_buffers``), the KV-cache
+layer kept off an input the model only clones, and the markers of that checked
+after lowering; ``post_lowering`` then makes the state plan. Each entry point
+used to wire these itself, and three of the five ran ``post_lowering`` alone:
+``cross_compile_for_windows``, the ``torch.compile`` backend and refit lost the
+clone veto (the layer could write a cloned input), and refit lowered a graph
+whose buffers ``compile()`` had lifted without lifting them.
+
+:func:`lower_states` is those steps, in one order, and every entry point calls
+it; what an entry point does with the result after the build (write-backs in
+``compile()``'s module, state outputs of a standalone engine) stays its own.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Tuple
+
+import torch
+from torch_tensorrt.dynamo._settings import CompilationSettings
+from torch_tensorrt.dynamo.conversion.impl._kv_cache_layer import (
+    forbid_kv_writes_on_cloned_inputs,
+)
+from torch_tensorrt.dynamo.lowering._buffer_lifting import (
+    assert_no_kv_alias_markers_survived,
+    lift_mutated_buffers,
+)
+from torch_tensorrt.dynamo.lowering.passes._aten_lowering_pass import post_lowering
+from torch_tensorrt.dynamo.lowering.passes.view_state_writes_in_kv_cache_form import (
+    viewed_states,
+)
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class LoweredStates:
+    """A lowered graph and what its state steps found."""
+
+    gm: torch.fx.GraphModule
+    # (placeholder, buffer name, buffer tensor) of each lifted buffer, in input order
+    lifted_buffers: List[Tuple[str, str, torch.Tensor]] = field(default_factory=list)
+    # the lifted buffers whose new value is a graph output the caller copies back
+    copyback_buffers: List[str] = field(default_factory=list)
+    # the lifted graph's meta before lowering (the user's input and output specs)
+    lifted_meta: Dict[str, Any] = field(default_factory=dict)
+    # an engine input that is a state's view in the layer's form -> that state
+    state_of_view: Dict[str, str] = field(default_factory=dict)
+
+
+def lower_states(
+    gm: torch.fx.GraphModule,
+    settings: CompilationSettings,
+    *,
+    lift_buffers: bool,
+) -> LoweredStates:
+    """Lower ``gm`` with its state steps, in the order every entry point runs them.
+
+    ``lift_buffers``: lift the buffers the graph mutates into inputs (the graph
+    of ``ExportedProgram.module()``; an AOT graph's buffers are inputs already).
+    """
+    lifted: List[Tuple[str, str, torch.Tensor]] = []
+    if lift_buffers:
+        gm, lifted = lift_mutated_buffers(gm, settings)
+    lifted_meta = dict(gm.meta)
+    # IKVCacheUpdateLayer writes its cache input's memory: never an input the
+    # model only clones
+    marked = forbid_kv_writes_on_cloned_inputs(gm, [p for p, _, _ in lifted])
+    gm = post_lowering(gm, settings)
+    # the markers ride on node.meta through every pass: one a pass dropped is
+    # named here, not met as a wrong in-place write
+    lowered = {node.name for node in gm.graph.nodes}
+    assert_no_kv_alias_markers_survived(gm, [n for n in marked if n in lowered])
+    return LoweredStates(
+        gm,
+        lifted,
+        list(lifted_meta.get("_copyback_mutation_buffers", [])),
+        lifted_meta,
+        viewed_states(gm),
+    )
