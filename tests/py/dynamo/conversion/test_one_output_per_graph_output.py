@@ -9,16 +9,20 @@ its results: "index 1 is out of bounds"). A graph output that is an input (a
 buffer overwritten from an input, ``self.buf.copy_(z)``) failed to be marked:
 "Failed attempt to set a tensor ... as network-level output. It was previously
 set as a network-level input". Each such output is now an identity layer's, a
-copy; the same node returned twice stays one output. Engines are built by
-TensorRT-RTX on the CPU.
+copy, the node that made the tensor too (left the tensor itself beside three
+copies of it, TensorRT-RTX 1.6 gave it a wrong value on an H100); the same node
+returned twice stays one output. Engines are built by TensorRT-RTX on the CPU,
+and run on a GPU in ``TestOnGpu``.
 """
 
 import sys
 import unittest
+import unittest.mock
 from pathlib import Path
 
 import torch
 from torch.testing._internal.common_utils import TestCase, run_tests
+from torch_tensorrt.dynamo.conversion._TRTInterpreter import TRTInterpreter
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lowering"))
 from test_lower_auto_functionalized import (  # noqa: E402
@@ -59,8 +63,45 @@ class OverwrittenFromAnInput(torch.nn.Module):
         return z * 2
 
 
+class SnapshotsOfAWrittenState(torch.nn.Module):
+    """Generated state program 16491's form: its state came back wrong."""
+
+    def forward(self, s, u, p):
+        s.index_copy_(2, p, u)
+        s.add_(1)
+        return s.clone(), s.clone(), s.clone()
+
+
+def _state_inputs():
+    g = torch.Generator().manual_seed(16491)
+    print("seed 16491")
+    return (
+        torch.randn(1, 2, 16, 4, generator=g),
+        torch.randn(1, 2, 1, 4, generator=g),
+        torch.tensor([5]),
+    )
+
+
 @unittest.skipIf(not CPU_BUILDER, CPU_ONLY)
 class TestOneOutputPerGraphOutput(TestCase):
+    def test_every_output_of_a_shared_tensor_is_a_copy(self):
+        seen = []
+        real = TRTInterpreter._one_tensor_per_output
+
+        def spy(interpreter, outputs, fx_outputs):
+            seen.append((outputs, real(interpreter, outputs, fx_outputs)))
+            return seen[-1][1]
+
+        with unittest.mock.patch.object(TRTInterpreter, "_one_tensor_per_output", spy):
+            _, _, result = _build_engine(
+                SnapshotsOfAWrittenState(), _state_inputs(), min_block_size=1
+            )
+        # the three snapshots and the state's new value
+        self.assertEqual(len(result.output_names), 4)
+        ((outputs, separated),) = seen
+        left = [i for i, (o, t) in enumerate(zip(outputs, separated)) if t is o]
+        self.assertEqual(left, [], "an output left the shared tensor itself")
+
     def test_a_snapshot_is_an_output_of_its_own(self):
         _, gm, result = _build_engine(
             SnapshotBesideItsValue(), (torch.randn(2, 3),), min_block_size=1
@@ -94,6 +135,26 @@ class TestOneOutputPerGraphOutput(TestCase):
             SameNodeTwice(), (torch.randn(2, 3),), min_block_size=1
         )
         self.assertEqual(len(result.output_names), 1)
+
+
+@unittest.skipIf(
+    not torch.cuda.is_available(), "Running TensorRT engines needs a CUDA device"
+)
+class TestOnGpu(TestCase):
+    def test_snapshots_of_a_written_state_against_eager(self):
+        import torch_tensorrt
+
+        inputs = [t.cuda() for t in _state_inputs()]
+        ep = torch.export.export(SnapshotsOfAWrittenState(), tuple(inputs))
+        compiled = torch_tensorrt.dynamo.compile(
+            ep, arg_inputs=inputs, min_block_size=1
+        )
+        eager_state, state = inputs[0].clone(), inputs[0].clone()
+        expected = SnapshotsOfAWrittenState()(eager_state, *inputs[1:])
+        got = compiled(state, *inputs[1:])
+        for k, (e, g) in enumerate(zip(expected, got)):
+            torch.testing.assert_close(g, e, msg=f"snapshot {k}")
+        torch.testing.assert_close(state, eager_state, msg="the state")
 
 
 if __name__ == "__main__":
