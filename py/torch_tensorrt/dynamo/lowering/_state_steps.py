@@ -6,8 +6,7 @@ layer kept off an input the model only clones, and the markers of that checked
 after lowering; ``post_lowering`` then makes the state plan. Each entry point
 used to wire these itself, and three of the five ran ``post_lowering`` alone:
 ``cross_compile_for_windows``, the ``torch.compile`` backend and refit lost the
-clone veto (the layer could write a cloned input), and refit lowered a graph
-whose buffers ``compile()`` had lifted without lifting them.
+clone veto (the layer could write a cloned input).
 
 :func:`lower_states` is those steps, in one order, and every entry point calls
 it; what an entry point does with the result after the build (write-backs in
@@ -16,7 +15,6 @@ it; what an entry point does with the result after the build (write-backs in
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Tuple
 
@@ -34,8 +32,6 @@ from torch_tensorrt.dynamo.lowering.passes.view_state_writes_in_kv_cache_form im
     viewed_states,
 )
 
-logger = logging.getLogger(__name__)
-
 
 @dataclass(frozen=True)
 class LoweredStates:
@@ -44,12 +40,15 @@ class LoweredStates:
     gm: torch.fx.GraphModule
     # (placeholder, buffer name, buffer tensor) of each lifted buffer, in input order
     lifted_buffers: List[Tuple[str, str, torch.Tensor]] = field(default_factory=list)
-    # the lifted buffers whose new value is a graph output the caller copies back
-    copyback_buffers: List[str] = field(default_factory=list)
     # the lifted graph's meta before lowering (the user's input and output specs)
     lifted_meta: Dict[str, Any] = field(default_factory=dict)
     # an engine input that is a state's view in the layer's form -> that state
     state_of_view: Dict[str, str] = field(default_factory=dict)
+
+    @property
+    def copyback_buffers(self) -> List[str]:
+        """The lifted buffers whose new value is a graph output the caller copies back."""
+        return list(self.lifted_meta.get("_copyback_mutation_buffers", []))
 
 
 def lower_states(
@@ -75,10 +74,4 @@ def lower_states(
     # named here, not met as a wrong in-place write
     lowered = {node.name for node in gm.graph.nodes}
     assert_no_kv_alias_markers_survived(gm, [n for n in marked if n in lowered])
-    return LoweredStates(
-        gm,
-        lifted,
-        list(lifted_meta.get("_copyback_mutation_buffers", [])),
-        lifted_meta,
-        viewed_states(gm),
-    )
+    return LoweredStates(gm, lifted, lifted_meta, viewed_states(gm))
