@@ -45,7 +45,7 @@ def test_arguments(bench):
         "aot",
         None,
     )
-    assert args.ways == ["triton", "declared_alias", "same_address", "copy_back"]
+    assert args.ways == ["triton", "declared_alias", "copy_back"]
     args = bench.parse_args(
         ["--sizes-mib", "1", "2", "--steps", "3", "--impl", "jit", "--json", "r.json"]
     )
@@ -69,7 +69,7 @@ def test_rows(bench):
 
 
 def test_table(bench):
-    ways = ["triton", "same_address", "copy_back"]
+    ways = ["triton", "declared_alias", "copy_back"]
     head = bench.header(ways)
     assert [c.strip() for c in head.split(" | ")] == ["state MiB"] + ways
     row = bench.format_row(1024, {"triton": 0.05, "copy_back": 12.5}, ways)
@@ -83,34 +83,32 @@ def test_table(bench):
 
 
 def _results(in_place_large, copy_large):
-    small = {"triton": 0.010, "declared_alias": 0.030, "same_address": 0.012}
-    small["copy_back"] = 1.0
-    large = {"triton": 0.011, "declared_alias": in_place_large, "same_address": 0.014}
-    large["copy_back"] = copy_large
+    small = {"triton": 0.010, "declared_alias": 0.012, "copy_back": 1.0}
+    large = {"triton": 0.011, "declared_alias": in_place_large, "copy_back": copy_large}
     return {16: small, 1024: large}
 
 
 def test_verdicts(bench):
-    verdict = bench.verdicts(_results(in_place_large=9.0, copy_large=64.0))
+    verdict = bench.verdicts(_results(in_place_large=0.014, copy_large=64.0))
     assert verdict["flat"] == {
         "triton": True,
-        "declared_alias": False,
-        "same_address": True,
+        "declared_alias": True,
         "copy_back": False,
     }
     t = verdict["targets"]
-    assert t["mode"] == "same_address"  # the better in-place mode at 1 GiB
+    assert t["mode"] == "declared_alias"
     assert t["bound"] == "triton" and t["copy_back"] == "copy_back"
     assert t["vs_bound"] == pytest.approx(0.014 / 0.011)
     assert t["vs_bound_met"]
     assert t["speedup_vs_copy_back"] == pytest.approx(64.0 / 0.014)
     assert t["speedup_met"]
     lines = bench.describe(verdict)
-    assert "flat in the state size (largest <= 2x smallest): triton, same_address" in (
-        lines[0]
+    assert (
+        "flat in the state size (largest <= 2x smallest): triton, declared_alias"
+        in (lines[0])
     )
-    assert lines[1].endswith("grows with the state: declared_alias, copy_back")
-    assert "same_address: 1.27x the bare kernel (target <= 2x): met" in lines[2]
+    assert lines[1].endswith("grows with the state: copy_back")
+    assert "declared_alias: 1.27x the bare kernel (target <= 2x): met" in lines[2]
 
     missed = bench.verdicts(_results(in_place_large=9.0, copy_large=1.0))
     assert not missed["targets"]["speedup_met"]

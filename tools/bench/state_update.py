@@ -4,18 +4,15 @@
         [--steps 50] [--impl aot|jit] [--json state_update.json]
 
 Each step adds updates to 0.1% of the rows of an fp32 state (distinct random
-rows of 4 KiB). Four ways are timed, each on a stream of its own (TensorRT
+rows of 4 KiB). Three ways are timed, each on a stream of its own (TensorRT
 synchronizes more on the default stream):
 
 - **triton**: the bare Triton kernel the plugins run, launched directly on the
   state (the reference: no TensorRT);
 - **declared_alias**: an in-place TensorRT plugin (``mutates_args=("state",)``)
-  whose output is declared to alias the state (``X.aliased()``); built with
-  ``in_place_plugin_binding="declared_alias"``, the engine's alias map says
-  ``in_place`` and the state and its new value are bound to the same memory;
-- **same_address**: the same kernel in a plugin that declares no alias and
-  writes the rows it changes through its output (TensorRT-Edge-LLM's way);
-  built with ``in_place_plugin_binding="same_address"``, bound the same way;
+  whose output is declared to alias the state (``X.aliased()``); the engine's
+  alias map says ``in_place`` and the state and its new value are bound to the
+  same memory;
 - **copy_back**: the functional update (``state[index] = state[index] +
   update``, standard TensorRT layers); the engine writes the whole new state
   to ``state_new`` and the caller copies it back, as the alias map's ``copy``
@@ -26,7 +23,7 @@ and bound as their alias map says (outputs get the engine's dtypes; an output
 bound in place gets no memory of its own; every ``set_tensor_address`` is
 checked, and ``check_in_place_bindings`` verifies the addresses). Prints the
 median step time per state size, which ways are flat in the state size, and
-the targets: the better in-place mode within 2x of triton and at least 100x
+the targets: the in-place plugin within 2x of triton and at least 100x
 faster than copy_back at 1 GiB. ``--json`` writes all of it. The plugins use
 the Triton kernel ahead of time (``--impl aot``, no Python at run time, as
 from C++) or a Python JIT impl that launches it (``--impl jit``). Needs the
@@ -49,8 +46,8 @@ import torch
 
 ROW = 1024  # fp32 elements per state row (4 KiB)
 FRACTION = 1000  # 1 / fraction of the rows updated per step (0.1%)
-WAYS = ("triton", "declared_alias", "same_address", "copy_back")
-IN_PLACE_MODES = ("declared_alias", "same_address")
+WAYS = ("triton", "declared_alias", "copy_back")
+IN_PLACE_MODES = ("declared_alias",)
 TARGET_MIB = 1024
 TARGET_VS_TRITON = 2.0  # in-place within 2x of the bare kernel
 TARGET_VS_COPY_BACK = 100.0  # and at least 100x faster than copy-back
@@ -335,98 +332,91 @@ def launch(kernel: Any, state, index, update, out) -> None:  # type: ignore[no-u
     kernel[(index.shape[0],)](state, index, update, out, index.shape[0], ROW=ROW)
 
 
-def _register_desc(qualname: str, aliased: bool) -> None:
+def _register_desc(qualname: str) -> None:
     import tensorrt.plugin as trtp
 
     @trtp.register(qualname)
     def _(
         state: trtp.TensorDesc, index: trtp.TensorDesc, update: trtp.TensorDesc
     ) -> Tuple[trtp.TensorDesc]:
-        return (state.aliased() if aliased else state.like(),)
+        return (state.aliased(),)
 
 
 def define_ops(impl: str = "aot") -> None:
-    """The two in-place ops, their plugins and converters (standard TensorRT)."""
+    """The in-place op, its plugin and converter (standard TensorRT)."""
     import tensorrt.plugin as trtp
     import torch_tensorrt
     import triton
 
     kernel = _kernel()
-    for name, aliased in (("scatter_add_", True), ("scatter_add_same_address_", False)):
-        qualname = f"bench_state::{name}"
+    qualname = "bench_state::scatter_add_"
 
-        @torch.library.custom_op(qualname, mutates_args=("state",))
-        def op(state: torch.Tensor, index: torch.Tensor, update: torch.Tensor) -> None:
-            state.index_add_(0, index, update)
+    @torch.library.custom_op(qualname, mutates_args=("state",))
+    def op(state: torch.Tensor, index: torch.Tensor, update: torch.Tensor) -> None:
+        state.index_add_(0, index, update)
 
-        @op.register_fake
-        def _(state, index, update):  # type: ignore[no-untyped-def]
-            return None
+    @op.register_fake
+    def _(state, index, update):  # type: ignore[no-untyped-def]
+        return None
 
-        _register_desc(qualname, aliased)
-        if impl == "jit":
+    _register_desc(qualname)
+    if impl == "jit":
 
-            @trtp.impl(qualname)
-            def _(state, index, update, outputs, stream):  # type: ignore[no-untyped-def]
-                with torch.cuda.stream(torch.cuda.ExternalStream(stream)):
-                    idx = torch.as_tensor(index, device="cuda")
-                    launch(
-                        kernel,
-                        torch.as_tensor(state, device="cuda"),
-                        idx,
-                        torch.as_tensor(update, device="cuda"),
-                        torch.as_tensor(outputs[0], device="cuda"),
-                    )
-
-        else:
-
-            @trtp.aot_impl(qualname)
-            def _(
-                state: trtp.TensorDesc,
-                index: trtp.TensorDesc,
-                update: trtp.TensorDesc,
-                outputs: Tuple[trtp.TensorDesc],
-                tactic: int,
-            ) -> Tuple[
-                Union[str, bytes],
-                Union[str, bytes],
-                trtp.KernelLaunchParams,
-                trtp.SymIntExprs,
-            ]:
-                src = triton.compiler.ASTSource(
-                    fn=kernel,
-                    signature={
-                        "state_ptr": "*fp32",
-                        "index_ptr": "*i64",
-                        "update_ptr": "*fp32",
-                        "out_ptr": "*fp32",
-                        "n_rows": "i32",
-                    },
-                    constexprs={"ROW": ROW},
+        @trtp.impl(qualname)
+        def _(state, index, update, outputs, stream):  # type: ignore[no-untyped-def]
+            with torch.cuda.stream(torch.cuda.ExternalStream(stream)):
+                idx = torch.as_tensor(index, device="cuda")
+                launch(
+                    kernel,
+                    torch.as_tensor(state, device="cuda"),
+                    idx,
+                    torch.as_tensor(update, device="cuda"),
+                    torch.as_tensor(outputs[0], device="cuda"),
                 )
-                compiled = triton.compile(src)
-                params = trtp.KernelLaunchParams()
-                params.grid_x = index.shape_expr[0]
-                params.block_x = compiled.metadata.num_warps * 32
-                params.shared_mem = compiled.metadata.shared
-                extra = trtp.SymIntExprs(1)
-                extra[0] = trtp.SymInt32(index.shape_expr[0])
-                return compiled.metadata.name, compiled.asm["ptx"], params, extra
 
-        torch_tensorrt.dynamo.conversion.plugins.generate_plugin_converter(
-            qualname, use_aot_if_available=impl == "aot"
-        )
+    else:
+
+        @trtp.aot_impl(qualname)
+        def _(
+            state: trtp.TensorDesc,
+            index: trtp.TensorDesc,
+            update: trtp.TensorDesc,
+            outputs: Tuple[trtp.TensorDesc],
+            tactic: int,
+        ) -> Tuple[
+            Union[str, bytes],
+            Union[str, bytes],
+            trtp.KernelLaunchParams,
+            trtp.SymIntExprs,
+        ]:
+            src = triton.compiler.ASTSource(
+                fn=kernel,
+                signature={
+                    "state_ptr": "*fp32",
+                    "index_ptr": "*i64",
+                    "update_ptr": "*fp32",
+                    "out_ptr": "*fp32",
+                    "n_rows": "i32",
+                },
+                constexprs={"ROW": ROW},
+            )
+            compiled = triton.compile(src)
+            params = trtp.KernelLaunchParams()
+            params.grid_x = index.shape_expr[0]
+            params.block_x = compiled.metadata.num_warps * 32
+            params.shared_mem = compiled.metadata.shared
+            extra = trtp.SymIntExprs(1)
+            extra[0] = trtp.SymInt32(index.shape_expr[0])
+            return compiled.metadata.name, compiled.asm["ptx"], params, extra
+
+    torch_tensorrt.dynamo.conversion.plugins.generate_plugin_converter(
+        qualname, use_aot_if_available=impl == "aot"
+    )
 
 
 class DeclaredAlias(torch.nn.Module):
     def forward(self, state, index, update):  # type: ignore[no-untyped-def]
         torch.ops.bench_state.scatter_add_(state, index, update)
-        return update.sum()
-
-
-class SameAddress(torch.nn.Module):
-    def forward(self, state, index, update):  # type: ignore[no-untyped-def]
-        torch.ops.bench_state.scatter_add_same_address_(state, index, update)
         return update.sum()
 
 
@@ -439,8 +429,7 @@ class CopyBack(torch.nn.Module):
 
 
 MODULES = {
-    "declared_alias": (DeclaredAlias, {"in_place_plugin_binding": "declared_alias"}),
-    "same_address": (SameAddress, {"in_place_plugin_binding": "same_address"}),
+    "declared_alias": (DeclaredAlias, {}),
     "copy_back": (CopyBack, {}),
 }
 
@@ -533,7 +522,7 @@ def missing_requirement(ways: Sequence[str]) -> Optional[str]:
             import tensorrt.plugin  # noqa: F401
         except ImportError:
             return (
-                "The plugin ways (declared_alias, same_address) need standard TensorRT's "
+                "The plugin way (declared_alias) needs standard TensorRT's "
                 "tensorrt.plugin, which this install does not have (the RTX flavour has "
                 "no plugins): run them with the standard flavour, or pass --ways copy_back."
             )

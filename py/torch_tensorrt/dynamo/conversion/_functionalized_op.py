@@ -19,9 +19,6 @@ from torch_tensorrt.dynamo.utils import is_write_back
 
 logger = logging.getLogger(__name__)
 
-# in_place_plugin_binding for plugins that declare no alias (CompilationSettings)
-SAME_ADDRESS = "same_address"
-
 
 def mutated_arguments(schema: torch.FunctionSchema) -> List[torch.Argument]:
     """Schema arguments the op writes to (``Tensor(a!)``), in schema order."""
@@ -242,10 +239,7 @@ def record_in_place_outputs(
     input (or the state an earlier in-place writer of this engine updates),
     ``node`` is its only reader (otherwise TensorRT copies it first), and the new
     value is an engine output and the state's final value in the engine.
-    Anything else keeps the copy-back path, with a warning naming why; with
-    ``in_place_plugin_binding="same_address"`` the writer writes only what it
-    changes into its output, so anything but an in-place binding would lose the
-    rest of the state, and that is an error.
+    Anything else keeps the copy-back path, with a warning naming why.
     """
     from torch_tensorrt.dynamo.conversion._ConversionContext import (
         AliasedOutput,
@@ -257,7 +251,6 @@ def record_in_place_outputs(
 
     op = node.target
     assert isinstance(op, FunctionalizedOp)
-    same_address = ctx.compilation_settings.in_place_plugin_binding == SAME_ADDRESS
     tensors = arguments(op.op, args, kwargs)
     for k, (arg, state) in enumerate(mutated_values(node).items()):
         if not isinstance(state, torch.fx.Node):
@@ -273,16 +266,10 @@ def record_in_place_outputs(
             # after other in-place writers, this one writes the engine input the
             # first of them updates
             source = in_place_source(state)
-            if same_address or source is None or source.op != "placeholder":
-                if state.op == "placeholder" or same_address:
-                    _not_in_place(
-                        op,
-                        arg,
-                        state,
-                        same_address,
-                        "it reaches the op through another layer, not as an "
-                        "engine input",
-                    )
+            if source is None or source.op != "placeholder":
+                if state.op == "placeholder":
+                    _not_in_place(op, arg, state, "it reaches the op through "
+                                  "another layer, not as an engine input")
                 continue
             network_input = _network_input(ctx, source)
             binding = str(network_input.name)
@@ -292,7 +279,6 @@ def record_in_place_outputs(
                 op,
                 arg,
                 state,
-                same_address,
                 f"engine input '{binding}' has other readers ({', '.join(readers)}), "
                 "so TensorRT would copy it before the in-place writer",
             )
@@ -312,31 +298,12 @@ def record_in_place_outputs(
             output = outputs[op.num_returns + k]
             _check_in_place_binding(ctx, op, arg, source, network_input, output)
             ctx.aliased_outputs.append(AliasedOutput(output, binding, AliasKind.USER))
-        elif same_address and any(value.users for value in new_values):
-            _not_in_place(
-                op,
-                arg,
-                state,
-                same_address,
-                "its new value is read inside the engine or updated again before "
-                "it leaves the engine",
-            )
 
 
 def _not_in_place(
-    op: FunctionalizedOp, arg: str, state: torch.fx.Node, same_address: bool, why: str
+    op: FunctionalizedOp, arg: str, state: torch.fx.Node, why: str
 ) -> None:
-    """Warn that ``arg`` is copied back, or raise for a ``same_address`` writer."""
-    if same_address:
-        raise ValueError(
-            f"{op.op}: argument '{arg}' ({state.name}) cannot be bound in place: "
-            f"{why}. With in_place_plugin_binding='same_address' the plugin writes "
-            "only what it changes into its output, so that output must be bound to "
-            "the state's own memory: the state must be an engine input read by this "
-            "plugin alone, and its new value an engine output that nothing else in "
-            "the engine updates. Use in_place_plugin_binding='declared_alias' with a "
-            "plugin that declares X.aliased() otherwise"
-        )
+    """Warn that ``arg`` is copied back instead of updated in place."""
     logger.warning(
         f"{op.op}: argument '{arg}' ({state.name}) is not updated in place: {why}; "
         "its new value is copied back instead"

@@ -52,10 +52,8 @@ class WriteBack:
     :func:`network_in_place_updates`): the caller binds the output to the
     input's address. ``binding`` then says who makes the alias: ``"engine"``
     (TensorRT's own ``IKVCacheUpdateLayer``; the engine reports and enforces
-    it), or a plugin by ``in_place_plugin_binding``: ``"declared_alias"``
-    (TensorRT knows the output aliases the input) or ``"same_address"`` (it does
-    not, and the output's memory must be the input's: bound elsewhere, the
-    output holds only what the plugin changed). Otherwise ``"copy"``: the caller copies the output
+    it), or ``"declared_alias"`` (a plugin declares that the output aliases the
+    input). Otherwise ``"copy"``: the caller copies the output
     into the input after each run. :func:`expose_write_backs` predicts
     ``in_place`` from the FX graph (a converter declaring
     ``requires_aliased_plugin_io``); only the built network proves it.
@@ -268,15 +266,12 @@ def _unexpressible_write(
 def network_in_place_updates(
     write_backs: Sequence[WriteBack],
     aliased_io: Mapping[str, Tuple[str, str]],
-    in_place_plugin_binding: str,
 ) -> List[WriteBack]:
     """``write_backs`` with ``in_place`` exactly where the built network proves it.
 
     An output is updated in place when the plugin converter recorded it in the
     engine's ``aliased_io`` as kind ``user`` for that input: the producer is a
-    plugin layer that aliases exactly that input (``declared_alias``) or an
-    in-place plugin by the user's ``in_place_plugin_binding="same_address"``,
-    the input is a network input it alone reads, and the output carries the
+    plugin layer that aliases exactly that input (``declared_alias``), the input is a network input it alone reads, and the output carries the
     input's final value. A write-back predicted ``in_place`` that the network
     does not prove (e.g. a converter declaring ``requires_aliased_plugin_io``
     that emitted ordinary layers) is copied back, with a warning. An alias
@@ -291,7 +286,7 @@ def network_in_place_updates(
         # alias TensorRT makes and reports itself (IKVCacheUpdateLayer): either
         # way the output is bound in place
         if alias is not None and alias[0] == w.input_name:
-            binding = in_place_plugin_binding if alias[1] == "user" else "engine"
+            binding = "declared_alias" if alias[1] == "user" else "engine"
             result.append(replace(w, update="in_place", binding=binding))
             continue
         if w.update == "in_place":
@@ -418,9 +413,7 @@ def alias_map(write_backs: Sequence[WriteBack]) -> Dict[str, Any]:
     alias itself (``ICudaEngine::getAliasedInputTensor(output) == input``, so a
     caller can find it without this map) and TensorRT refuses to run with the
     output bound elsewhere; ``"declared_alias"``, a plugin declares the output
-    aliases the input; ``"same_address"``, TensorRT does not know, and binding
-    the output anywhere else leaves the input unchanged and the output undefined
-    except where the plugin wrote (:func:`check_in_place_bindings`).
+    aliases the input.
     ``"reason"`` (``copy`` only): why the engine does not write the input in
     place, from the state plan.
     """
@@ -449,7 +442,7 @@ def alias_map(write_backs: Sequence[WriteBack]) -> Dict[str, Any]:
 
 
 UPDATES = ("copy", "in_place")
-BINDINGS = ("engine", "declared_alias", "same_address")
+BINDINGS = ("engine", "declared_alias")
 _MAP_KEYS = ("format", "version", "aliases")
 _ENTRY_KEYS = (
     "output",
@@ -576,7 +569,7 @@ def read_alias_map(source: Any) -> List[WriteBack]:
     "torch_tensorrt.engine_io_aliases", "version": 2, "aliases": [...]}`` whose
     entries are :class:`WriteBack` s: ``"output"``, ``"input"`` (binding names),
     ``"update"`` (``"copy"`` or ``"in_place"``), ``"binding"`` (``in_place``
-    only: ``"engine"``, ``"declared_alias"`` or ``"same_address"``), and for
+    only: ``"engine"`` or ``"declared_alias"``), and for
     ``"binding": "engine"`` ``"state_shape"`` and ``"binding_shape"`` (lists of
     dimensions, ``-1`` dynamic); optional: ``"dtype"`` (the state's), and on a
     ``copy`` ``"reason"``. Any other format or version, key, value or type
@@ -675,9 +668,9 @@ def check_in_place_bindings(
 
     ``aliases`` is the map's ``"aliases"`` list; ``addresses`` the device address
     bound to each engine I/O tensor by name (e.g. what a caller passes to
-    ``IExecutionContext.set_tensor_address``). ``same_address`` outputs must share
-    their input's memory; ``declared_alias`` ones should (TensorRT writes the
-    input either way, and the output then reads back the new value).
+    ``IExecutionContext.set_tensor_address``). ``declared_alias`` outputs should
+    share their input's memory (TensorRT writes the input either way, and the
+    output then reads back the new value); ``engine`` ones must.
     """
     for entry in alias_map_entries(list(aliases)):
         if entry.update != "in_place":
@@ -696,14 +689,9 @@ def check_in_place_bindings(
                 f"the alias map says it updates input '{state}' in place "
                 f"({binding}): bind it to the input's address 0x{addresses[state]:x}"
                 + (
-                    "; bound elsewhere the input is not updated and the output "
-                    "holds only the rows the plugin wrote"
-                    if binding == "same_address"
-                    else (
-                        "; TensorRT refuses to run the engine bound this way"
-                        if binding == "engine"
-                        else ""
-                    )
+                    "; TensorRT refuses to run the engine bound this way"
+                    if binding == "engine"
+                    else ""
                 )
             )
 

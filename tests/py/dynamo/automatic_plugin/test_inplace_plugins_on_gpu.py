@@ -88,27 +88,6 @@ if RUNNABLE:
         extra[0] = trtp.SymInt32(n)
         return kernel.metadata.name, kernel.asm["ptx"], params, extra
 
-    # --- in place without a declared alias (in_place_plugin_binding=
-    # "same_address", the TensorRT-Edge-LLM way): the plugin writes only the rows
-    # it changes, through its output, which must be bound to X's memory ---
-    @torch.library.custom_op("inplace_test::bump_head_", mutates_args=("X",))
-    def _bump_head_(X: torch.Tensor) -> None:
-        X[:4].add_(1)
-
-    @_bump_head_.register_fake
-    def _(X):
-        return None
-
-    @trtp.register("inplace_test::bump_head_")
-    def _bump_head_desc(X: trtp.TensorDesc) -> Tuple[trtp.TensorDesc]:
-        return (X.like(),)
-
-    @trtp.impl("inplace_test::bump_head_")
-    def _bump_head_impl(X: trtp.Tensor, outputs: Tuple[trtp.Tensor], stream: int):
-        with torch.cuda.stream(torch.cuda.ExternalStream(stream)):
-            x = torch.as_tensor(X, device="cuda")
-            torch.as_tensor(outputs[0], device="cuda")[:4] = x[:4] + 1
-
     # --- two outputs ---
     @torch.library.custom_op("inplace_test::sin_cos", mutates_args=())
     def _sin_cos(x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -226,7 +205,6 @@ if RUNNABLE:
     generate = torch_tensorrt.dynamo.conversion.plugins.generate_plugin_converter
     for op in (
         "add_one_jit_",
-        "bump_head_",
         "sin_cos",
         "steps",
         "accumulate",
@@ -570,88 +548,6 @@ class TestInplacePlugins(TestCase):
         context.set_tensor_address("x_new", state.data_ptr())  # "in_place"
         context.set_tensor_address("output0", out.data_ptr())
         stream = torch.cuda.current_stream()
-        for _ in range(3):
-            self.assertTrue(context.execute_async_v3(stream.cuda_stream))
-            stream.synchronize()
-            self.assertEqual(out, Model()(eager_state))
-            self.assertEqual(state, eager_state)
-
-    def test_same_address_plugin_updates_the_state_in_place(self):
-        class Model(torch.nn.Module):
-            def forward(self, x):
-                torch.ops.inplace_test.bump_head_(x)
-                return x * 2
-
-        x = torch.randn(64, 33, device="cuda")
-        with self.assertRaisesRegex(
-            Exception, "in_place_plugin_binding='same_address'"
-        ):
-            self._compile(Model(), (x,))
-        trt_module = self._compile(
-            Model(), (x,), in_place_plugin_binding="same_address"
-        )
-        (engine,) = _engines(trt_module)
-        self.assertIn(("x", "user"), getattr(trt_module, engine).aliased_io.values())
-        compiled_x, eager_x = x.clone(), x.clone()
-        for _ in range(3):
-            out, allocated = _allocated_during(lambda: trt_module(compiled_x))
-            self.assertEqual(out, Model()(eager_x))
-            self.assertEqual(compiled_x, eager_x)
-            # the model's own output is the state's size; a copy of the state
-            # (an engine output copied back) would double it
-            self.assertLess(allocated, 2 * compiled_x.nbytes)
-
-    def test_same_address_standalone_engine_and_its_binding_check(self):
-
-        from torch_tensorrt.dynamo.lowering._mutation_write_backs import (
-            check_in_place_bindings,
-        )
-
-        class Model(torch.nn.Module):
-            def forward(self, x):
-                torch.ops.inplace_test.bump_head_(x)
-                return x * 2
-
-        x = torch.randn(64, 33, device="cuda")
-        engine_bytes, aliases = _standalone_engine(
-            Model(), x, in_place_plugin_binding="same_address"
-        )
-        self.assertEqual(
-            aliases,
-            [
-                {
-                    "output": "x_new",
-                    "input": "x",
-                    "update": "in_place",
-                    "binding": "same_address",
-                }
-            ],
-        )
-        state, eager_state = x.clone(), x.clone()
-        out, elsewhere = torch.empty_like(x), torch.empty_like(x)
-        with self.assertRaisesRegex(ValueError, "holds only the rows the plugin wrote"):
-            check_in_place_bindings(
-                aliases,
-                {
-                    "x": state.data_ptr(),
-                    "x_new": elsewhere.data_ptr(),
-                    "output0": out.data_ptr(),
-                },
-            )
-        addresses = {
-            "x": state.data_ptr(),
-            "x_new": state.data_ptr(),
-            "output0": out.data_ptr(),
-        }
-        check_in_place_bindings(aliases, addresses)
-
-        runtime = trt.Runtime(trt.Logger())
-        engine = runtime.deserialize_cuda_engine(engine_bytes)
-        context = engine.create_execution_context()
-        for name, address in addresses.items():
-            self.assertTrue(context.set_tensor_address(name, address))
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
         for _ in range(3):
             self.assertTrue(context.execute_async_v3(stream.cuda_stream))
             stream.synchronize()

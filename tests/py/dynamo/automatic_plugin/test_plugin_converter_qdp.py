@@ -192,9 +192,8 @@ if HAVE_QDP:
     ) -> tuple[str | bytes, str | bytes, trtp.KernelLaunchParams, trtp.SymExprs]:
         return _issue_4240_aot_impl(X, outputs, tactic)
 
-    # ---- the TensorRT-Edge-LLM way: an in-place op whose plugin declares no
-    # alias and writes the state through its output (in_place_plugin_binding=
-    # "same_address") ----
+    # ---- an in-place op whose plugin declares no alias: it writes the state
+    # through an ordinary output, which the converter refuses ----
     @torch.library.custom_op("qdp_conv::scatter_rows_", mutates_args=("state",))
     def scatter_rows_(state: torch.Tensor, rows: torch.Tensor) -> None:
         state[: rows.shape[0]] = rows
@@ -427,7 +426,7 @@ def _functional_call(op, placeholders, kwargs=None):
     return call
 
 
-def _convert(op, network_inputs, kwargs=None, settings=None):
+def _convert(op, network_inputs, kwargs=None):
     """Run the converter registered for ``op`` on a recording network."""
     node = _functional_call(op, network_inputs, kwargs)
     val = node.meta["val"]
@@ -440,7 +439,7 @@ def _convert(op, network_inputs, kwargs=None, settings=None):
         net.add_input(name, trt.float32, tuple(value.shape))
         for name, value in network_inputs
     ]
-    ctx = ConversionContext(net, settings or CompilationSettings())
+    ctx = ConversionContext(net, CompilationSettings())
     ctx.current_node = node
     converter, _, info = DYNAMO_CONVERTERS.get(node)
     result = converter(ctx, node.target, tuple(tensors), kwargs or {}, "n")
@@ -487,62 +486,22 @@ class TestIssue4240Registration(TestCase):
 
 
 @unittest.skipIf(not HAVE_QDP, NEEDS_QDP)
-class TestSameAddressPlugins(TestCase):
-    """``in_place_plugin_binding``: declared aliases or same-address outputs."""
-
+class TestInPlacePluginsDeclareTheirAlias(TestCase):
     @classmethod
     def setUpClass(cls):
         generate_plugin_converter("qdp_conv::scatter_rows_", use_aot_if_available=False)
-        generate_plugin_converter("my::add_one_", use_aot_if_available=True)
 
-    def _inputs(self):
-        return [("state", torch.randn(16, 8)), ("rows", torch.randn(2, 8))]
-
-    def test_an_undeclared_state_output_is_bound_in_place_when_chosen(self):
-        net, ctx, result, info = _convert(
-            torch.ops.qdp_conv.scatter_rows_.default,
-            self._inputs(),
-            settings=CompilationSettings(in_place_plugin_binding="same_address"),
-        )
-        ((aot, inputs, plugin),) = net.plugins
-        # the real plugin declares no alias: TensorRT sees an ordinary output
-        self.assertEqual(plugin.get_aliased_input(0), -1)
-        (new_state,) = result
-        self.assertEqual(
-            [
-                (a.input_binding_name, a.output_tensor.name, a.kind.value)
-                for a in ctx.aliased_outputs
-            ],
-            [("state", new_state.name, "user")],
-        )
-
-    def test_each_binding_refuses_the_other_kind_of_plugin(self):
+    def test_a_plugin_that_declares_no_alias_for_a_mutated_argument_is_refused(self):
         with self.assertRaisesRegex(
             ValueError,
             r"TensorRT plugin qdp_conv::scatter_rows_ aliases no aliased outputs, "
             r"but qdp_conv.scatter_rows_.default needs output 0 -> input 'state'.*"
-            r"compile with in_place_plugin_binding='same_address'",
-        ):
-            _convert(torch.ops.qdp_conv.scatter_rows_.default, self._inputs())
-        with self.assertRaisesRegex(
-            ValueError,
-            r"TensorRT plugin my::add_one_ aliases output 0 -> input 'X', but "
-            r"my.add_one_.default needs no aliased outputs.*returns an ordinary "
-            r"output \(e.g. X.like\(\)\)",
+            r"return X.aliased\(\) from the register function",
         ):
             _convert(
-                torch.ops.my.add_one_.default,
-                [("x", torch.randn(4, 2))],
-                settings=CompilationSettings(in_place_plugin_binding="same_address"),
+                torch.ops.qdp_conv.scatter_rows_.default,
+                [("state", torch.randn(16, 8)), ("rows", torch.randn(2, 8))],
             )
-
-    def test_an_unknown_binding_is_rejected(self):
-        with self.assertRaisesRegex(
-            ValueError,
-            r"in_place_plugin_binding must be one of \['declared_alias', "
-            r"'same_address'\], got 'aliased'",
-        ):
-            CompilationSettings(in_place_plugin_binding="aliased")
 
 
 @unittest.skipIf(not HAVE_QDP, NEEDS_QDP)

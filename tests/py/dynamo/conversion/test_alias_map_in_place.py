@@ -98,10 +98,6 @@ class TestInPlaceUpdatesInTheAliasMap(TestCase):
                 }
             ],
         )
-        self.assertEqual(
-            self._aliases(Model(), (x,), in_place_plugin_binding="same_address"),
-            [("x", "x_new", "in_place", "same_address")],
-        )
 
     def test_lifted_state_is_in_place(self):
         class Model(torch.nn.Module):

@@ -457,14 +457,11 @@ class TestPluginGlue(TestCase):
         output_types=None,
         recorded=(),
         args=None,
-        binding="declared_alias",
         aliased=(None, 0, 2),
     ):
         i = self.inputs
         recording = RecordingNetwork(self.net, 3, output_types)
-        ctx = ConversionContext(
-            recording, CompilationSettings(in_place_plugin_binding=binding)
-        )
+        ctx = ConversionContext(recording, CompilationSettings())
         ctx.aliased_outputs.extend(recorded)
         ctx.current_node = node
         plugin_def = unittest.mock.Mock(
@@ -602,80 +599,6 @@ class TestPluginGlue(TestCase):
                 self._node(),
                 recorded=[AliasedOutput(earlier, "count", AliasKind.KV_CACHE_UPDATE)],
             )
-
-    def test_same_address_plugins_declare_no_alias_and_are_recorded(self):
-        undeclared = (None, None, None)
-        self.assertEqual(
-            self._recorded(self._node(), binding="same_address", aliased=undeclared),
-            [
-                ("plugin output 1", "state", "user"),
-                ("plugin output 2", "count", "user"),
-            ],
-        )
-        with self.assertRaisesRegex(
-            ValueError,
-            r"aliases output 1 -> input 'state', output 2 -> input 'count', but "
-            r"trt_layout.update_and_read.default needs no aliased outputs .*"
-            r"in_place_plugin_binding='same_address' the register function returns "
-            r"an ordinary output",
-        ):
-            self._recorded(self._node(), binding="same_address")
-        with self.assertRaisesRegex(
-            ValueError,
-            r"needs output 1 -> input 'state', output 2 -> input 'count' .*compile "
-            r"with in_place_plugin_binding='same_address'",
-        ):
-            self._recorded(self._node(), aliased=undeclared)
-
-    def test_a_same_address_state_that_cannot_be_bound_in_place_is_an_error(self):
-        from torch_tensorrt.dynamo.conversion._ConverterRegistry import (
-            DYNAMO_CONVERTERS,
-        )
-
-        undeclared = (None, None, None)
-        with self.assertRaisesRegex(
-            ValueError,
-            r"update_and_read.default: argument 'state' \(state\) cannot be bound in "
-            r"place: engine input 'state' has other readers \(neg_default\).*"
-            r"in_place_plugin_binding='same_address' the plugin writes only what it "
-            r"changes into its output",
-        ):
-            self._recorded(
-                self._node(extra_reader=True),
-                binding="same_address",
-                aliased=undeclared,
-            )
-        i = self.inputs
-        first_state = self.net.add_identity(i["state"]).get_output(0)
-        first_count = self.net.add_identity(i["count"]).get_output(0)
-        declared = (None, None, {"requires_aliased_plugin_io": True})
-        with unittest.mock.patch.object(
-            DYNAMO_CONVERTERS, "get", return_value=declared
-        ), self.assertRaisesRegex(
-            ValueError,
-            r"argument 'state' \(getitem\) cannot be bound in place: it reaches the "
-            r"op through another layer",
-        ):
-            self._recorded(
-                self._chained_node(),
-                args=(first_state, i["x"], first_count),
-                binding="same_address",
-                aliased=undeclared,
-            )
-        # read inside the engine but not an engine output
-        node = self._node(keep_new_state=False)
-        graph = node.graph
-        output = next(n for n in graph.nodes if n.op == "output")
-        new_state = next(u for u in node.users if u.args[1] == 1)
-        with graph.inserting_before(output):
-            read = graph.call_function(torch.ops.aten.neg.default, (new_state,))
-        output.args = ((*output.args[0], read),)
-        with self.assertRaisesRegex(
-            ValueError,
-            r"argument 'state' \(state\) cannot be bound in place: its new value is "
-            r"read inside the engine",
-        ):
-            self._recorded(node, binding="same_address", aliased=undeclared)
 
     def test_wrong_plugin_is_reported_before_the_layer_is_added(self):
         i = self.inputs

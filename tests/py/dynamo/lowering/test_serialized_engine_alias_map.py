@@ -236,7 +236,7 @@ class TestReadingTheMap(TestCase):
 
         written = [
             WriteBack("x", "x_new", reason="why it is a copy"),
-            WriteBack("s", "s_new", "in_place", "same_address"),
+            WriteBack("s", "s_new", "in_place", "declared_alias"),
             WriteBack("c", "c_new", "in_place", "engine", [2, 16, 8], [2, 1, 16, 8]),
         ]
         with tempfile.TemporaryDirectory() as tmp:

@@ -503,8 +503,7 @@ PATTERNS = [
         lambda: (torch.zeros(4, 16), torch.randn(4, 16)),
         COPY,
         "every element changes: the engine computes a new state (an in-place "
-        "plugin writes it in place instead: binding `declared_alias` or "
-        "`same_address`)",
+        "plugin writes it in place instead: binding `declared_alias`)",
     ),
 ]
 

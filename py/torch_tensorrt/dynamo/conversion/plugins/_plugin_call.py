@@ -19,7 +19,6 @@ import torch
 from torch.fx.node import Argument, Target
 from torch_tensorrt._enums import dtype as _dtype
 from torch_tensorrt.dynamo.conversion._ConversionContext import ConversionContext
-from torch_tensorrt.dynamo.conversion._functionalized_op import SAME_ADDRESS
 from torch_tensorrt.dynamo.conversion.converter_utils import get_trt_tensor
 from torch_tensorrt.dynamo.conversion.plugins._plugin_layout import PluginLayout
 
@@ -239,16 +238,8 @@ def add_plugin_for_op(
     attrs = {attr: coerce_attr(attr, values[attr]) for attr in plugin_def.input_attrs}
 
     plugin_outputs = output_descs(plugin_def, inputs, attrs)
-    same_address = (
-        ctx.compilation_settings.in_place_plugin_binding == SAME_ADDRESS
-        and bool(layout.mutated)
-    )
     layout.validate_aliasing(
-        plugin_id,
-        [a for _, a in plugin_outputs],
-        return_lengths,
-        plugin_inputs,
-        same_address,
+        plugin_id, [a for _, a in plugin_outputs], return_lengths, plugin_inputs
     )
     _check_output_dtypes(layout, plugin_id, plugin_outputs, node, return_lengths)
 
@@ -259,10 +250,4 @@ def add_plugin_for_op(
         f"Added plugin {plugin_id} for {layout.op}: {layout.describe(return_lengths)}"
     )
     outputs = [layer.get_output(i) for i in range(layer.num_outputs)]
-    if node is None and same_address:
-        raise ValueError(
-            f"{layout.op}: with in_place_plugin_binding='same_address' the plugin "
-            "writes its state through an output bound to the state's memory, which "
-            "needs the FX node being converted (ConversionContext.current_node)"
-        )
     return layout.group_outputs(outputs, return_lengths)

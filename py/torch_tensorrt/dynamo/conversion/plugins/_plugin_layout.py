@@ -288,20 +288,16 @@ class PluginLayout:
         aliased_inputs: Sequence[Optional[int]],
         return_lengths: Sequence[int],
         plugin_inputs: Optional[Sequence[str]] = None,
-        same_address: bool = False,
     ) -> None:
         """Check which plugin output aliases which input.
 
         ``aliased_inputs`` has, per plugin output, the index of the plugin input
         it aliases or None; ``plugin_inputs`` names the schema argument of each
         plugin input (:meth:`match_plugin_inputs`; schema order by default).
-        The new value of a mutated argument is a declared alias of its input,
-        or, with ``same_address`` (``in_place_plugin_binding="same_address"``),
-        an ordinary output the caller binds to the input's memory.
         """
         inputs = list(self.tensor_args if plugin_inputs is None else plugin_inputs)
         expected = [
-            None if alias is None or same_address else inputs.index(alias)
+            None if alias is None else inputs.index(alias)
             for _, alias in self.outputs(return_lengths)
         ]
         if list(aliased_inputs) == expected:
@@ -320,16 +316,8 @@ class PluginLayout:
         raise ValueError(
             f"TensorRT plugin {plugin_id} aliases {show(aliased_inputs)}, but {self.op} "
             f"needs {show(expected)} (outputs: {self.describe(return_lengths)}); "
-            + (
-                "with in_place_plugin_binding='same_address' the register function "
-                "returns an ordinary output (e.g. X.like()) for each mutated argument "
-                "X and the plugin writes the new state through it"
-                if same_address
-                else "return X.aliased() from the register function for each mutated "
-                "argument X, after the op's own outputs (or, for a plugin that "
-                "writes the state through an ordinary output bound to the input's "
-                "memory, compile with in_place_plugin_binding='same_address')"
-            )
+            "return X.aliased() from the register function for each mutated "
+            "argument X, after the op's own outputs"
         )
 
     def group_outputs(
