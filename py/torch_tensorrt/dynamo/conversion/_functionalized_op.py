@@ -268,8 +268,13 @@ def record_in_place_outputs(
             source = in_place_source(state)
             if source is None or source.op != "placeholder":
                 if state.op == "placeholder":
-                    _not_in_place(op, arg, state, "it reaches the op through "
-                                  "another layer, not as an engine input")
+                    _not_in_place(
+                        op,
+                        arg,
+                        state,
+                        "it reaches the op through another layer, not as an "
+                        "engine input",
+                    )
                 continue
             network_input = _network_input(ctx, source)
             binding = str(network_input.name)
