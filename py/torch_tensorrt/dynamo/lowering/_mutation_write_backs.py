@@ -266,13 +266,16 @@ def _unexpressible_write(
 def network_in_place_updates(
     write_backs: Sequence[WriteBack],
     aliased_io: Mapping[str, Tuple[str, str]],
+    input_names: Sequence[str],
+    output_names: Sequence[str],
 ) -> List[WriteBack]:
     """``write_backs`` with ``in_place`` exactly where the built network proves it.
 
     An output is updated in place when the plugin converter recorded it in the
     engine's ``aliased_io`` as kind ``user`` for that input: the producer is a
-    plugin layer that aliases exactly that input (``declared_alias``), the input is a network input it alone reads, and the output carries the
-    input's final value. A write-back predicted ``in_place`` that the network
+    plugin layer that aliases exactly that input (``declared_alias``), the input
+    is a network input it alone reads, and the output carries the input's final
+    value. A write-back predicted ``in_place`` that the network
     does not prove (e.g. a converter declaring ``requires_aliased_plugin_io``
     that emitted ordinary layers) is copied back, with a warning. An alias
     TensorRT makes itself (``IKVCacheUpdateLayer``, any kind but ``user``) is
@@ -307,7 +310,40 @@ def network_in_place_updates(
     for output_name, (input_name, kind) in aliased_io.items():
         if kind != "user" and output_name not in covered:
             result.append(WriteBack(input_name, output_name, "in_place", "engine"))
+    _check_against_the_network(result, input_names, output_names)
     return result
+
+
+def _check_against_the_network(
+    updates: Sequence[WriteBack],
+    input_names: Sequence[str],
+    output_names: Sequence[str],
+) -> None:
+    """Raise where an update names a tensor the engine lacks or a state twice.
+
+    Nothing is returned or written from such updates: a disagreement is a bug
+    in Torch-TensorRT, never a map to hand a caller.
+    """
+    problems = []
+    seen: Dict[str, str] = {}
+    for w in updates:
+        if w.input_name not in input_names:
+            problems.append(f"'{w.input_name}' is not an input of the engine")
+        if w.output_name not in output_names:
+            problems.append(f"'{w.output_name}' is not an output of the engine")
+        if w.input_name in seen:
+            problems.append(
+                f"input '{w.input_name}' has two entries ('{seen[w.input_name]}' and "
+                f"'{w.output_name}')"
+            )
+        seen[w.input_name] = w.output_name
+    if problems:
+        raise RuntimeError(
+            "The engine's state outputs disagree with its alias map: "
+            + "; ".join(problems)
+            + ". This is a bug in Torch-TensorRT's state handling, please report it "
+            "with the model"
+        )
 
 
 def with_state_shapes(
@@ -344,57 +380,6 @@ def with_copy_reasons(
         replace(w, reason=reasons.get(w.input_name)) if w.update == "copy" else w
         for w in write_backs
     ]
-
-
-def check_write_backs_against_network(
-    write_backs: Sequence[WriteBack],
-    input_names: Sequence[str],
-    output_names: Sequence[str],
-    aliased_io: Mapping[str, Tuple[str, str]],
-) -> None:
-    """Raise where the write-backs about to be returned or written do not fit the built network.
-
-    Every entry names an input and an output of the engine; a state has one
-    entry; an ``in_place`` entry bound by the engine is an alias the network
-    made (``aliased_io``), and every alias TensorRT made is an ``in_place``
-    entry. A disagreement is a bug in Torch-TensorRT, never a map to hand a
-    caller.
-    """
-    problems = []
-    seen: Dict[str, str] = {}
-    for w in write_backs:
-        if w.input_name not in input_names:
-            problems.append(f"'{w.input_name}' is not an input of the engine")
-        if w.output_name not in output_names:
-            problems.append(f"'{w.output_name}' is not an output of the engine")
-        if w.input_name in seen:
-            problems.append(
-                f"input '{w.input_name}' has two entries ('{seen[w.input_name]}' and "
-                f"'{w.output_name}')"
-            )
-        seen[w.input_name] = w.output_name
-        alias = aliased_io.get(w.output_name)
-        if w.binding == "engine" and (alias is None or alias[0] != w.input_name):
-            problems.append(
-                f"'{w.output_name}' is filed in place on '{w.input_name}', which the "
-                "engine does not alias"
-            )
-    filed = {
-        (w.output_name, w.input_name) for w in write_backs if w.update == "in_place"
-    }
-    for output_name, (input_name, kind) in aliased_io.items():
-        if kind != "user" and (output_name, input_name) not in filed:
-            problems.append(
-                f"the engine writes '{input_name}' in place as '{output_name}', which "
-                "is not filed in place"
-            )
-    if problems:
-        raise RuntimeError(
-            "The engine's state outputs disagree with its alias map: "
-            + "; ".join(problems)
-            + ". This is a bug in Torch-TensorRT's state handling, please report it "
-            "with the model"
-        )
 
 
 def alias_map(write_backs: Sequence[WriteBack]) -> Dict[str, Any]:
