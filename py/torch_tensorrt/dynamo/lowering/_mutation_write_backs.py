@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import logging
-import operator
 import os
 import secrets
 import stat
@@ -27,14 +26,8 @@ from dataclasses import dataclass, replace
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import torch
-from torch_tensorrt.dynamo.conversion._functionalized_op import (
-    FunctionalizedOp,
-    in_place_source,
-    is_write_back,
-    mutated_values,
-    other_readers,
-    updates_in_place,
-)
+from torch_tensorrt.dynamo.conversion._functionalized_op import is_write_back
+from torch_tensorrt.dynamo.lowering._state_plan import STATE_PLAN
 
 logger = logging.getLogger(__name__)
 
@@ -55,8 +48,8 @@ class WriteBack:
     it), or ``"declared_alias"`` (a plugin declares that the output aliases the
     input). Otherwise ``"copy"``: the caller copies the output
     into the input after each run. :func:`expose_write_backs` predicts
-    ``in_place`` from the FX graph (a converter declaring
-    ``requires_aliased_plugin_io``); only the built network proves it.
+    ``in_place`` from the state plan (a state its op's converter writes in
+    place); only the built network proves it.
     """
 
     input_name: str
@@ -73,28 +66,6 @@ class WriteBack:
     dtype: Optional[str] = None
     # ``copy`` only: why the engine does not write the state in place
     reason: Optional[str] = None
-
-
-def _in_place_update(placeholder: torch.fx.Node, value: Any) -> Tuple[bool, str]:
-    """Whether the engine updates ``placeholder`` in place; if not, why (or "")."""
-    if in_place_source(value) is placeholder:
-        return True, ""
-    if not (isinstance(value, torch.fx.Node) and value.target is operator.getitem):
-        return False, ""
-    call, index = value.args
-    target = call.target
-    if not isinstance(target, FunctionalizedOp) or index < target.num_returns:
-        return False, ""
-    name = target.mutated[index - target.num_returns]
-    if mutated_values(call)[name] is not placeholder:
-        return False, ""  # a view of the input: written back by a scatter
-    if not updates_in_place(call):
-        return False, ""
-    readers = other_readers(placeholder, call)
-    return False, (
-        f"it has other readers ({', '.join(readers)}), so TensorRT would copy it "
-        f"before the in-place plugin {target.op}"
-    )
 
 
 def expose_write_backs(
@@ -179,12 +150,9 @@ def expose_write_backs(
             names.append(output_name)
             output_of[value] = output_name
             taken.add(output_name)
-        in_place, why_not = _in_place_update(input_of_name[input_name], value)
-        if why_not:
-            logger.warning(
-                f"Input '{input_name}' is not updated in place: {why_not}. Its new "
-                f"value is copied back from output '{output_name}' instead."
-            )
+        # predicted from the state plan; only the built network proves it
+        row = input_of_name[input_name].meta.get(STATE_PLAN)
+        in_place = row is not None and row.in_place and row.by_its_op
         return WriteBack(input_name, output_name, "in_place" if in_place else "copy")
 
     for input_name, value in zip(state_inputs, state_values):
