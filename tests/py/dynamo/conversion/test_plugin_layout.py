@@ -20,6 +20,7 @@ import torch
 import torch_tensorrt
 from torch.testing._internal.common_utils import TestCase, run_tests
 from torch_tensorrt import ENABLED_FEATURES
+from torch_tensorrt._version import __tensorrt_version__
 from torch_tensorrt.dynamo._settings import CompilationSettings
 from torch_tensorrt.dynamo._SourceIR import SourceIR
 from torch_tensorrt.dynamo.conversion import dynamo_tensorrt_converter, impl
@@ -673,13 +674,18 @@ class TestWithoutQdp(TestCase):
             "generate_plugin_converter needs TensorRT's Python plugins", message
         )
         self.assertIn("TensorRT-RTX does not have", message)
-        self.assertIn("install the standard flavour", message)
-        self.assertNotIn("10.7.0 or higher", message)
+        self.assertIn(
+            f"install the standard flavour (torch_tensorrt, with TensorRT "
+            f"{__tensorrt_version__})",
+            message,
+        )
 
     def test_the_standard_flavour_names_the_version(self):
+        # the version the README names: the one this release is built for
         message = self._refusal(tensorrt_rtx=False)
         self.assertIn("generate_plugin_converter needs TensorRT QDP", message)
-        self.assertIn("TensorRT 10.7.0 or higher", message)
+        self.assertIn(f"is built for ({__tensorrt_version__})", message)
+        self.assertNotIn("10.7", message)
 
     @unittest.skipIf(
         ENABLED_FEATURES.qdp_plugin, "This install has tensorrt.plugin (QDP)."
