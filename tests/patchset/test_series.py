@@ -35,6 +35,7 @@ def test_the_real_series():
         "hf-decoders",
         "users-2",
         "state-steps",
+        "users-3",
     ]
     # the pieces that build on #4459 say so
     buffer = next(p for p in pieces if p.id == "buffer-state")

@@ -26,6 +26,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import torch
+from torch_tensorrt.dynamo._argument_checks import described
 from torch_tensorrt.dynamo.conversion._functionalized_op import is_write_back
 from torch_tensorrt.dynamo.lowering._state_plan import STATE_PLAN
 
@@ -83,9 +84,10 @@ def expose_write_backs(
     outputs before those. Returns one :class:`WriteBack` per mutated input or
     state and leaves the full list of output binding names (the given ones, or
     ``output{i}``, then ``<input>_new``) in ``gm.meta["_output_binding_names"]``.
-    Raises ``RuntimeError`` for a write-back into anything but a graph input
-    (e.g. a buffer that was not lifted into an engine input): a standalone engine
-    could not express it and the mutation would be lost.
+    Raises ``ValueError`` for a buffer written without being lifted into an
+    engine input, and ``RuntimeError`` for a write-back into anything else but a
+    graph input: a standalone engine could not express it and the mutation
+    would be lost.
     """
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     input_names = (
@@ -107,6 +109,7 @@ def expose_write_backs(
     output_node = next(n for n in gm.graph.nodes if n.op == "output")
     outputs = list(output_node.args[0])
     write_backs = [n for n in gm.graph.nodes if is_write_back(n)]
+    _refuse_unlifted_buffer_writes(write_backs)
     if not write_backs and not state_inputs and all(o is not None for o in outputs):
         gm.meta["_output_binding_names"] = output_binding_names
         return []
@@ -159,19 +162,6 @@ def expose_write_backs(
         result.append(output_for(input_name, value))
     for node in write_backs:
         target, value = node.args[0], node.args[1]
-        if isinstance(target, torch.fx.Node) and target.op == "get_attr":
-            # lift_mutable_buffers=False: the buffer is a constant of the engine,
-            # as it always was; only its value within a run reflects the write
-            logger.warning(
-                f"Buffer '{target.target}' is written by the graph "
-                f"({node.format_node()}) but is not an engine input: the engine "
-                "holds it as a constant, uses its new value within a run and does "
-                "not keep it between runs. Pass lift_mutable_buffers=True to make "
-                "mutated buffers engine inputs updated by every run."
-            )
-            node.replace_all_uses_with(target)
-            gm.graph.erase_node(node)
-            continue
         if not isinstance(target, torch.fx.Node) or target.op != "placeholder":
             raise RuntimeError(_unexpressible_write(node, name_of_input))
         result.append(output_for(name_of_input[target], value))
@@ -187,6 +177,30 @@ def expose_write_backs(
     )
     logger.info(f"Engine outputs carrying input mutations: {carried}")
     return result
+
+
+def _refuse_unlifted_buffer_writes(write_backs: Sequence[torch.fx.Node]) -> None:
+    """Raise for a buffer the graph writes that is not an engine input.
+
+    Without ``lift_mutable_buffers=True`` such a buffer is a constant of the
+    engine: the engine would use its new value within a run and lose it after
+    each run, where the model keeps it.
+    """
+    buffers = sorted(
+        {
+            str(node.args[0].target)
+            for node in write_backs
+            if isinstance(node.args[0], torch.fx.Node) and node.args[0].op == "get_attr"
+        }
+    )
+    if buffers:
+        raise ValueError(
+            "convert_exported_program_to_serialized_trt_engine: the model writes "
+            f"buffer(s) {buffers}, which an engine built without "
+            "lift_mutable_buffers=True holds as constants and would not keep "
+            "between runs: pass lift_mutable_buffers=True, and the engine takes "
+            "each as an input and returns its new value, as the alias map says."
+        )
 
 
 def _unexpressible_write(
@@ -530,14 +544,22 @@ def read_alias_map(source: Any) -> List[WriteBack]:
     the map against its engine with :func:`check_alias_map_against_engine`.
     """
     if isinstance(source, (str, os.PathLike)):
-        with open(source, encoding="utf-8") as f:
-            try:
-                source = json.load(f)
-            except json.JSONDecodeError as e:
-                raise AliasMapError(f"alias map '{source}' is not JSON: {e}") from e
+        try:
+            with open(source, encoding="utf-8") as f:
+                text = f.read()
+        except OSError as e:
+            raise AliasMapError(
+                f"read_alias_map: cannot read the alias map '{source}' "
+                f"({e.strerror or e}); give the path that alias_map_path wrote"
+            ) from None
+        try:
+            source = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise AliasMapError(f"alias map '{source}' is not JSON: {e}") from e
     if not isinstance(source, Mapping):
         raise AliasMapError(
-            f"an alias map is a JSON object; got {type(source).__name__}"
+            f"read_alias_map: the alias map is {described(source)}; expected the "
+            "path of its JSON file, or that JSON loaded as a dict"
         )
     unknown = sorted(set(source) - set(_MAP_KEYS))
     if unknown:
@@ -555,16 +577,39 @@ def read_alias_map(source: Any) -> List[WriteBack]:
     return alias_map_entries(source.get("aliases"))
 
 
+def _entries_argument(function: str, argument: str, entries: Any) -> List[WriteBack]:
+    """The entries a caller hands a checker: :func:`read_alias_map`'s, or the raw list."""
+    if isinstance(entries, (list, tuple)):
+        entries = list(entries)
+        if all(isinstance(w, WriteBack) for w in entries):
+            return entries
+        return alias_map_entries(entries)
+    raise TypeError(
+        f"{function}: argument '{argument}' is {described(entries)}; expected the "
+        "entries read_alias_map returns (or the map's 'aliases' list): pass "
+        "read_alias_map(path) for the map's file."
+    )
+
+
 def check_alias_map_against_engine(entries: Sequence[WriteBack], engine: Any) -> None:
     """Raise :class:`AliasMapError` where the map does not fit ``engine``.
 
-    ``engine`` is the deserialized ``ICudaEngine``. Each entry's input must be an
+    ``entries`` are what :func:`read_alias_map` returns (or the map's raw
+    ``"aliases"`` list); ``engine`` is the deserialized ``ICudaEngine``. Any
+    other argument is a ``TypeError`` saying what to pass. Each entry's input must be an
     engine input and its output an engine output; an ``in_place`` output has its
     input's dtype and shape (the same bytes); a ``binding: engine`` output is the
     one TensorRT reports aliased to that input (``get_aliased_input_tensor``) and
     the input has the map's ``binding_shape``. Every output TensorRT aliases to an
     input must be in the map, ``in_place``.
     """
+    entries = _entries_argument("check_alias_map_against_engine", "entries", entries)
+    if isinstance(engine, (bytes, bytearray)) or not hasattr(engine, "num_io_tensors"):
+        raise TypeError(
+            f"check_alias_map_against_engine: argument 'engine' is "
+            f"{described(engine)}; expected a deserialized TensorRT ICudaEngine: "
+            "pass trt.Runtime(trt.Logger()).deserialize_cuda_engine(engine_bytes)."
+        )
     names = [engine.get_tensor_name(i) for i in range(engine.num_io_tensors)]
     modes = {n: str(engine.get_tensor_mode(n)).rsplit(".", 1)[-1] for n in names}
     listed = {w.output_name: w for w in entries}
@@ -619,13 +664,20 @@ def check_in_place_bindings(
     The entries are checked first (:func:`alias_map_entries`): a typo, an unknown
     binding or two outputs on one input is an :class:`AliasMapError`.
 
-    ``aliases`` is the map's ``"aliases"`` list; ``addresses`` the device address
+    ``aliases`` is the map's ``"aliases"`` list or what :func:`read_alias_map`
+    returns; ``addresses`` the device address
     bound to each engine I/O tensor by name (e.g. what a caller passes to
     ``IExecutionContext.set_tensor_address``). ``declared_alias`` outputs should
     share their input's memory (TensorRT writes the input either way, and the
     output then reads back the new value); ``engine`` ones must.
     """
-    for entry in alias_map_entries(list(aliases)):
+    if not isinstance(addresses, Mapping):
+        raise TypeError(
+            f"check_in_place_bindings: argument 'addresses' is "
+            f"{described(addresses)}; expected a dict of each engine tensor's name "
+            "to the device address bound to it."
+        )
+    for entry in _entries_argument("check_in_place_bindings", "aliases", aliases):
         if entry.update != "in_place":
             continue
         output, state = entry.output_name, entry.input_name

@@ -283,7 +283,7 @@ class TestReadingTheMap(TestCase):
                 "on a 'binding': 'engine' entry only",
             ),
             (_map(dict(ENGINE_ENTRY, binding_shape=None)), "go together"),
-            ([copy_entry], "an alias map is a JSON object"),
+            ([copy_entry], "read_alias_map: the alias map is an object of type list"),
         ]
         for data, message in cases:
             with self.subTest(message):

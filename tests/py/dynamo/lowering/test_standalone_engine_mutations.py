@@ -94,23 +94,23 @@ class TestSerializedEngineOnCpu(TestCase):
         )
         self.assertIn(b"x_new", engine)
 
-    def test_unlifted_buffer_mutation_is_a_constant_with_a_warning(self):
-        # lift_mutable_buffers=False keeps 2.14.0's engine (the buffer folded in,
-        # upstream's test_flag_off_no_buffer_bindings) and says what it costs
-        with self.assertLogs(
-            "torch_tensorrt.dynamo.lowering._mutation_write_backs", level="WARNING"
-        ) as logs:
-            engine, gm, _ = self._build(MutateBuffer(), _inputs(1), min_block_size=1)
+    def test_an_unlifted_buffer_written_is_refused_in_one_sentence(self):
+        # lift_mutable_buffers=False would make the buffer a constant of the
+        # engine (2.14.0's engine), whose new value each run would lose
+        with self.assertRaises(ValueError) as refused:
+            self._build(MutateBuffer(), _inputs(1), min_block_size=1)
+        message = str(refused.exception)
         self.assertRegex(
-            "\n".join(logs.output),
-            r"Buffer 'state' is written by the graph .* not an engine input: the "
-            r"engine holds it as a constant.* lift_mutable_buffers=True",
+            message,
+            r"^convert_exported_program_to_serialized_trt_engine: the model writes "
+            r"buffer\(s\) \['state'\], .* would not keep between runs: pass "
+            r"lift_mutable_buffers=True",
         )
-        self.assertEqual(
-            [n.name for n in gm.graph.nodes if n.op == "placeholder"], ["x"]
+        self.assertNotIn("\n", message)
+        engine, gm, _ = self._build(
+            MutateBuffer(), _inputs(1), min_block_size=1, lift_mutable_buffers=True
         )
-        self.assertEqual(gm.meta["_output_binding_names"], ["output0"])
-        self.assertNotIn(b"state_new", engine)
+        self.assertIn(b"buf_state_new", engine)
 
     def test_op_without_converter_is_reported(self):
         from torch_tensorrt.dynamo.conversion._TRTInterpreter import (

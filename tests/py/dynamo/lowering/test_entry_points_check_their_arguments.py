@@ -1,0 +1,185 @@
+# type: ignore
+"""A wrong argument of a public entry point ends in one sentence naming it.
+
+Each case hands a public function something of the wrong kind (a module where
+an ExportedProgram is expected, the engine's bytes or the map's path where the
+deserialized engine or the map's entries are expected, ...). The error must name
+the function and the argument, say what it got and what to pass, in one line,
+with no chained exception above it; before, most of these ended in an
+``AttributeError`` inside Torch-TensorRT. No engine is built: every check runs
+before anything is converted.
+"""
+
+import json
+import os
+import tempfile
+
+import torch
+import torch_tensorrt
+from parameterized import parameterized
+from torch.testing._internal.common_utils import TestCase, run_tests
+from torch_tensorrt.dynamo import (
+    check_alias_map_against_engine,
+    check_in_place_bindings,
+    read_alias_map,
+)
+from torch_tensorrt.dynamo.lowering._mutation_write_backs import (
+    AliasMapError,
+    WriteBack,
+)
+
+
+class WritesItsInput(torch.nn.Module):
+    def forward(self, x):
+        x.add_(1)
+        return x * 2
+
+
+MAP = {
+    "format": "torch_tensorrt.engine_io_aliases",
+    "version": 2,
+    "aliases": [{"output": "x_new", "input": "x", "update": "copy"}],
+}
+ENTRIES = [WriteBack("x", "x_new")]
+ENGINE_BYTES = b"\x00" * 64
+
+
+def _export():
+    return torch.export.export(WritesItsInput(), (torch.zeros(2, 4),))
+
+
+def _convert(exported, **kwargs):
+    return torch_tensorrt.dynamo.convert_exported_program_to_serialized_trt_engine(
+        exported, arg_inputs=[torch.zeros(2, 4)], min_block_size=1, **kwargs
+    )
+
+
+def _compile(exported):
+    return torch_tensorrt.dynamo.compile(
+        exported, arg_inputs=[torch.zeros(2, 4)], min_block_size=1, dryrun=True
+    )
+
+
+# (function called, argument named, call with the wrong value, what it got)
+CASES = [
+    (
+        "torch_tensorrt.dynamo.compile",
+        "exported_program",
+        lambda: _compile(WritesItsInput()),
+        "WritesItsInput",
+    ),
+    (
+        "convert_exported_program_to_serialized_trt_engine",
+        "exported_program",
+        lambda: _convert(WritesItsInput()),
+        "WritesItsInput",
+    ),
+    (
+        "convert_exported_program_to_serialized_trt_engine",
+        "exported_program",
+        lambda: _convert(ENGINE_BYTES),
+        "bytes",
+    ),
+    (
+        "convert_exported_program_to_serialized_trt_engine",
+        "alias_map_path",
+        lambda: _convert(_export(), alias_map_path=3),
+        "int",
+    ),
+    (
+        "check_alias_map_against_engine",
+        "engine",
+        lambda: check_alias_map_against_engine(ENTRIES, ENGINE_BYTES),
+        "64 bytes",
+    ),
+    (
+        "check_alias_map_against_engine",
+        "entries",
+        lambda: check_alias_map_against_engine("model.aliases.json", None),
+        "'model.aliases.json'",
+    ),
+    (
+        "check_alias_map_against_engine",
+        "entries",
+        lambda: check_alias_map_against_engine(MAP, None),
+        "dict",
+    ),
+    (
+        "check_in_place_bindings",
+        "aliases",
+        lambda: check_in_place_bindings("model.aliases.json", {}),
+        "'model.aliases.json'",
+    ),
+    (
+        "check_in_place_bindings",
+        "addresses",
+        lambda: check_in_place_bindings(ENTRIES, [0x1000]),
+        "list",
+    ),
+    (
+        "read_alias_map",
+        "",
+        lambda: read_alias_map(ENGINE_BYTES),
+        "64 bytes",
+    ),
+    (
+        "read_alias_map",
+        "",
+        lambda: read_alias_map(os.path.join(tempfile.gettempdir(), "no", "m.json")),
+        "No such file or directory",
+    ),
+    (
+        "read_alias_map",
+        "",
+        lambda: read_alias_map(tempfile.gettempdir()),
+        "Is a directory",
+    ),
+]
+
+
+class TestWrongArgumentsAreNamed(TestCase):
+    @parameterized.expand(
+        [
+            (f"{i}_{c[0].rsplit('.', 1)[-1]}_{c[1] or 'source'}", *c)
+            for i, c in enumerate(CASES)
+        ]
+    )
+    def test_one_sentence(self, _name, function, argument, call, got):
+        with self.assertRaises((TypeError, AliasMapError)) as caught:
+            call()
+        error = caught.exception
+        message = str(error)
+        self.assertTrue(message.startswith(f"{function}: "), message)
+        if argument:
+            self.assertIn(f"argument '{argument}'", message)
+        self.assertIn(got, message)
+        self.assertNotIn("\n", message)
+        # the sentence is what the user reads first: nothing chained above it
+        self.assertTrue(
+            error.__cause__ is None
+            and error.__suppress_context__
+            or error.__context__ is None,
+            repr(error.__context__),
+        )
+
+
+class TestWhatTheCheckersTake(TestCase):
+    """Both forms of a map's entries are taken: read_alias_map's and the raw list."""
+
+    def test_read_entries_and_the_raw_list(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "m.json")
+            with open(path, "w") as f:
+                json.dump(MAP, f)
+            entries = read_alias_map(path)
+        self.assertEqual(entries, ENTRIES)
+        # a copy binds nothing in place: both forms pass with any addresses
+        check_in_place_bindings(entries, {"x": 1, "x_new": 2})
+        check_in_place_bindings(MAP["aliases"], {"x": 1, "x_new": 2})
+        in_place = [WriteBack("x", "x_new", "in_place", "declared_alias")]
+        with self.assertRaisesRegex(ValueError, "bind it to the input's address"):
+            check_in_place_bindings(in_place, {"x": 1, "x_new": 2})
+
+
+if __name__ == "__main__":
+    run_tests()
