@@ -26,7 +26,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import torch
-from torch_tensorrt.dynamo._argument_checks import described
+from torch_tensorrt.dynamo._argument_checks import described, expect
 from torch_tensorrt.dynamo.conversion._functionalized_op import is_write_back
 from torch_tensorrt.dynamo.lowering._state_plan import STATE_PLAN
 
@@ -596,15 +596,15 @@ def check_alias_map_against_engine(entries: Sequence[WriteBack], engine: Any) ->
 
     ``entries`` are what :func:`read_alias_map` returns (or the map's raw
     ``"aliases"`` list); ``engine`` is the deserialized ``ICudaEngine``. Any
-    other argument is a ``TypeError`` saying what to pass. Each entry's input must be an
-    engine input and its output an engine output; an ``in_place`` output has its
+    other argument is a ``TypeError`` saying what to pass. Each entry's input
+    must be an engine input and its output an engine output; an ``in_place`` output has its
     input's dtype and shape (the same bytes); a ``binding: engine`` output is the
     one TensorRT reports aliased to that input (``get_aliased_input_tensor``) and
     the input has the map's ``binding_shape``. Every output TensorRT aliases to an
     input must be in the map, ``in_place``.
     """
     entries = _entries_argument("check_alias_map_against_engine", "entries", entries)
-    if isinstance(engine, (bytes, bytearray)) or not hasattr(engine, "num_io_tensors"):
+    if not hasattr(engine, "num_io_tensors"):
         raise TypeError(
             f"check_alias_map_against_engine: argument 'engine' is "
             f"{described(engine)}; expected a deserialized TensorRT ICudaEngine: "
@@ -724,8 +724,16 @@ def check_alias_map_path(path: str) -> str:
     link, a directory, a device or another special file, ``FileNotFoundError``
     when its directory does not exist and ``PermissionError`` when it cannot be
     written, each naming the path. Called before the engine is built, and again
-    before the map is written.
+    before the map is written. Anything but a path is a ``TypeError``.
     """
+    expect(
+        "convert_exported_program_to_serialized_trt_engine",
+        "alias_map_path",
+        path,
+        (str, os.PathLike),
+        "a path (str or os.PathLike)",
+        "give the file the JSON alias map is written to, e.g. 'model.aliases.json'",
+    )
     absolute = os.path.abspath(path)
     if os.path.lexists(absolute) and (
         os.path.islink(absolute) or not os.path.isfile(absolute)
