@@ -1,43 +1,37 @@
-"""Keep engine inputs that TensorRT updates in place from being read afterwards.
+"""Give a TensorRT engine a copy of each input it would update in place against
+the state plan.
 
 An in-place plugin (a converter declaring ``requires_aliased_plugin_io``) that is
-the only reader of a network input writes into the memory bound to that input:
-TensorRT gives the plugin's aliased input and output the same address. With
-``compile()`` that memory is the tensor the partitioned graph passes to the
-engine, e.g. the user's input or a module buffer. The functional graph around
-the engine may still read that tensor's *old* value after the engine has run:
+the only reader of a network input writes into the memory bound to that input,
+and the runtimes bind the state's final value in the engine to that memory too
+(a ``user`` alias). With ``compile()`` that memory is the tensor the partitioned
+graph passes to the engine. Once partitioning has moved the other readers of
+that tensor out of the engine (a node before or after it, a PyTorch submodule, a
+view), whether they saw its old or its new value would depend on the order the
+partitioner gave the submodules.
 
-* a node scheduled after the engine that reads the tensor, or a view of it taken
-  before the engine and read after it, before the graph writes the new value
-  back (``aten.copy_``);
-* another input of the same engine that is a view of the same memory.
-
-Those reads would see the new value. Conversely, the runtimes bind the engine
-output holding the state's final value in the engine to that same memory (a
-``user`` alias), so a read of that output after something else is written into
-the memory (a write-back of a later value) would see the wrong value too.
-
-:func:`isolate_in_place_engine_inputs` finds both in the partitioned graph,
-before any engine is built, and gives the engine a copy of such an input
-(``aten.clone``) with a warning that names the tensor and its readers: the
-engine updates the copy, and the usual write-back copies the new value into the
-original. Inputs nobody reads afterwards, the common case of a state updated by
-one plugin, keep being updated in place.
+The state plan has decided each state over the whole graph: it is in place by its
+op only when nothing but its in-place writers reads it and they compute its final
+value. :func:`isolate_in_place_engine_inputs` reads that decision and does not
+reason about the order: an engine input written in place stays in place only
+when its state's plan says so. Any other (a state the plan copies back, a value
+computed before the engine) gets a copy (``aten.clone``, run in PyTorch) and a
+warning that gives the plan's reason; the engine updates the copy, and the usual
+write-back copies the new value into the original.
 """
 
 from __future__ import annotations
 
 import logging
 import operator
-from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
+from typing import Any, Dict, List, Optional, Set, Tuple
 
 import torch
 from torch_tensorrt.dynamo.conversion._functionalized_op import (
-    in_place_source,
     in_place_writer,
     is_write_back,
-    updated_again,
 )
+from torch_tensorrt.dynamo.lowering._state_plan import STATE_PLAN
 
 logger = logging.getLogger(__name__)
 
@@ -137,145 +131,18 @@ def _aliases(
     return aliases
 
 
-def _in_place_outputs(
-    gm: torch.fx.GraphModule, call: torch.fx.Node
-) -> Dict[int, Set[torch.fx.Node]]:
-    """Per input position of engine ``call``: the outputs the runtime binds to it.
-
-    Those are the final values of that input's in-place updates in the engine
-    (recorded as ``user`` aliases by the plugin converters): after the engine,
-    they *are* the input's memory. Each output is looked at once.
-    """
-    submodule = getattr(gm, str(call.target))
-    position = {
-        n: i
-        for i, n in enumerate(n for n in submodule.graph.nodes if n.op == "placeholder")
-    }
-    values, single = _outputs(submodule)
-    indices: Dict[int, Set[int]] = {}
-    for i, value in enumerate(values):
-        source = in_place_source(value)
-        if source in position and not updated_again(value):
-            indices.setdefault(position[source], set()).add(i)
-    if single:
-        return {p: {call} for p in indices}
-    getitems: Dict[Any, List[torch.fx.Node]] = {}
-    for user in call.users:
-        if user.target is operator.getitem:
-            getitems.setdefault(user.args[1], []).append(user)
-    return {
-        p: {u for i in outputs for u in getitems.get(i, [])}
-        for p, outputs in indices.items()
-    }
-
-
-class _Memory:
-    """What the memory of an engine input holds while the graph after the engine runs.
-
-    Right after the engine it holds the engine's new value (``new``: the outputs
-    bound to it) and no longer the old value the rest of the graph may expect
-    (``old``: the input and its views). A write-back of the new value makes that
-    expected; a write-back of anything else replaces the new value too.
-    """
-
-    def __init__(self, old: Set[torch.fx.Node], new: Set[torch.fx.Node]) -> None:
-        self.old, self.new = old, new
-        self.old_expected = True  # readers of `old` still expect the old value
-        self.overwritten_by: Optional[str] = None  # what replaced `new`, if any
-        self.readers: List[str] = []  # who reads it with the wrong value
-
-    def holds(self, node: Any) -> bool:
-        return node in self.old or node in self.new
-
-    def write(self, node: torch.fx.Node) -> bool:
-        """Account for ``node`` if it writes the memory; whether it does."""
-        if not (is_write_back(node) and self.holds(node.args[0])):
-            return False
-        self.old_expected = False
-        if self.overwritten_by is None and node.args[1] not in self.new:
-            self.overwritten_by = node.name
-        return True
-
-    def stale(self, node: torch.fx.Node) -> Optional[str]:
-        """Why ``node`` would read the memory with the wrong value, or ``None``."""
-        inputs = node.all_input_nodes
-        if self.old_expected and any(arg in self.old for arg in inputs):
-            return "old value"
-        if self.overwritten_by and any(arg in self.new for arg in inputs):
-            return f"new value, after {self.overwritten_by}"
-        return None
-
-
-def _find_stale_readers(
-    gm: torch.fx.GraphModule,
-    memories: Sequence[_Memory],
-    after: Optional[torch.fx.Node],
-    views: _Views,
-) -> None:
-    """Record in each of ``memories`` the nodes after ``after`` in ``gm`` that read it
-    with the wrong value.
-
-    One walk of the graph for all of them: a node is looked at only for the
-    memories it reads or writes (found through an index of their nodes).
-    """
-    index: Dict[torch.fx.Node, List[_Memory]] = {}
-    for memory in memories:
-        for node in memory.old | memory.new:
-            index.setdefault(node, []).append(memory)
-    started = after is None
-    for node in gm.graph.nodes:
-        if not started:
-            started = node is after
-            continue
-        if node.op == "output" and after is None:
-            continue  # a submodule's outputs are followed in the parent graph
-        touched: Dict[int, _Memory] = {}
-        for arg in node.all_input_nodes:
-            for memory in index.get(arg, ()):
-                touched[id(memory)] = memory
-        own = {id(m) for m in index.get(node, ())}
-        # a write-back, or a view whose readers are what counts
-        pending = [m for k, m in touched.items() if k not in own and not m.write(node)]
-        if not pending:
-            continue
-        if node.op == "call_module" and not _is_trt_call(node):
-            _find_submodule_readers(gm, node, pending, views)
-            continue
-        for memory in pending:
-            if (why := memory.stale(node)) is not None:
-                memory.readers.append(f"{node.name} ({why})")
-
-
-def _find_submodule_readers(
-    gm: torch.fx.GraphModule,
-    call: torch.fx.Node,
-    memories: Sequence[_Memory],
-    views: _Views,
-) -> None:
-    """Stale readers inside the PyTorch submodule ``call`` runs; updates ``memories``."""
-    submodule = getattr(gm, str(call.target))
-    placeholders = [n for n in submodule.graph.nodes if n.op == "placeholder"]
-    positions: Dict[Any, List[int]] = {}
-    for position, value in enumerate(call.args[: len(placeholders)]):
-        positions.setdefault(value, []).append(position)
-    inners = []
-    for memory in memories:
-        inner = _Memory(set(), set())
-        for node in memory.old:
-            for position in positions.get(node, ()):
-                inner.old |= _aliases(submodule, placeholders[position], views)
-        for node in memory.new:
-            for position in positions.get(node, ()):
-                inner.new |= _aliases(submodule, placeholders[position], views)
-        inner.old_expected = memory.old_expected
-        inner.overwritten_by = memory.overwritten_by
-        inners.append(inner)
-    _find_stale_readers(submodule, inners, None, views)
-    for memory, inner in zip(memories, inners):
-        memory.old_expected = inner.old_expected
-        if inner.overwritten_by and not memory.overwritten_by:
-            memory.overwritten_by = f"{call.name}.{inner.overwritten_by}"
-        memory.readers += [f"{call.name}.{name}" for name in inner.readers]
+def _why_copied(value: torch.fx.Node) -> Optional[str]:
+    """Why an engine must not update its input ``value`` in place; ``None`` when
+    the state plan put that state in place by its op."""
+    plan = value.meta.get(STATE_PLAN) if value.op == "placeholder" else None
+    if plan is None:
+        return (
+            f"'{value.name}' is not a state of the graph (a value computed before "
+            "the engine)"
+        )
+    if not (plan.in_place and plan.by_its_op):
+        return f"the state plan copies it back: {plan.reason}"
+    return None
 
 
 def _written_back(submodule: torch.fx.GraphModule) -> List[int]:
@@ -354,59 +221,41 @@ def keep_old_values_for_later_readers(partitioned_module: torch.fx.GraphModule) 
 
 
 def isolate_in_place_engine_inputs(partitioned_module: torch.fx.GraphModule) -> None:
-    """Give a TensorRT engine a copy of each in-place input read with a wrong value later.
+    """Give each TensorRT engine of ``partitioned_module`` a copy of every input it
+    writes in place that the state plan did not put in place.
 
-    That is its old value read after the engine, or the engine's new value of it
-    read after something else was written into its memory (see the module
-    docstring); each such input gets an ``aten.clone`` and a warning. First,
-    readers of a state's old value scheduled after a PyTorch submodule that
-    writes it back get a copy (:func:`keep_old_values_for_later_readers`).
+    Each copy is an ``aten.clone`` before the engine, with a warning naming the
+    input and why (see the module docstring). First, readers of a state's old
+    value scheduled after a PyTorch submodule that writes it back get a copy
+    (:func:`keep_old_values_for_later_readers`).
     """
     keep_old_values_for_later_readers(partitioned_module)
+    graph = partitioned_module.graph
     changed = False
-    views = _Views()
-    for call in list(partitioned_module.graph.nodes):
+    for call in list(graph.nodes):
         if not _is_trt_call(call):
             continue
         submodule = getattr(partitioned_module, str(call.target))
-        in_place_outputs = _in_place_outputs(partitioned_module, call)
-        states: Dict[int, _Memory] = {}
         for position in in_place_engine_inputs(submodule):
-            state = call.args[position]
-            if not isinstance(state, torch.fx.Node):
+            value = call.args[position]
+            if not isinstance(value, torch.fx.Node):
                 continue
-            aliases = _aliases(partitioned_module, state, views)
-            new: Set[torch.fx.Node] = set()
-            for output in in_place_outputs.get(position, ()):
-                new |= _aliases(partitioned_module, output, views)
-            memory = _Memory(aliases, new)
-            memory.readers = [
-                f"{call.name} (another input)"
-                for i, other in enumerate(call.args)
-                if i != position and other in aliases
-            ]
-            states[position] = memory
-        _find_stale_readers(partitioned_module, list(states.values()), call, views)
-        for position, memory in states.items():
-            if not memory.readers:
+            why = _why_copied(value)
+            if why is None:
                 continue
-            state = call.args[position]
-            with partitioned_module.graph.inserting_before(call):
-                copy = partitioned_module.graph.call_function(
-                    torch.ops.aten.clone.default, (state,)
-                )
+            with graph.inserting_before(call):
+                copy = graph.call_function(torch.ops.aten.clone.default, (value,))
             copy.meta.update(
-                {k: v for k, v in state.meta.items() if k in ("val", "tensor_meta")}
+                {k: v for k, v in value.meta.items() if k in ("val", "tensor_meta")}
             )
             call.update_arg(position, copy)
             changed = True
             logger.warning(
-                f"Input '{state.name}' of TensorRT engine '{call.target}' is updated "
-                "in place by an in-place plugin, but its memory is read afterwards "
-                f"by {', '.join(memory.readers)}, expecting a value it no longer "
-                f"holds. The engine gets a copy of '{state.name}' instead; its new "
-                "value is written back as usual."
+                f"Input '{value.name}' of TensorRT engine '{call.target}' is "
+                f"updated in place by an in-place plugin, but {why}. The engine "
+                f"gets a copy of '{value.name}' instead; its new value is written "
+                "back as usual."
             )
     if changed:
-        partitioned_module.graph.lint()
+        graph.lint()
         partitioned_module.recompile()

@@ -1,5 +1,5 @@
 # type: ignore
-"""Engine inputs updated in place by an in-place plugin are not read afterwards.
+"""Engine inputs updated in place by an in-place plugin are read by nothing else.
 
 The partitioned graphs come from ``compile(dryrun=True)``; the in-place op's
 converter uses standard layers and declares ``requires_aliased_plugin_io`` as a
@@ -9,6 +9,7 @@ partitioned graph, as a different partitioning would. Graph snapshots use
 expecttest (``EXPECTTEST_ACCEPT=1`` rewrites them).
 """
 
+import dataclasses
 import unittest.mock
 
 import torch
@@ -16,6 +17,7 @@ import torch_tensorrt
 from torch.testing._internal.common_utils import TestCase, run_tests
 from torch_tensorrt.dynamo._SourceIR import SourceIR
 from torch_tensorrt.dynamo.conversion import dynamo_tensorrt_converter, impl
+from torch_tensorrt.dynamo.lowering._state_plan import STATE_PLAN
 from torch_tensorrt.dynamo.partitioning._in_place_engine_inputs import (
     in_place_engine_inputs,
     isolate_in_place_engine_inputs,
@@ -39,6 +41,16 @@ def _bump_with_declared_aliasing(ctx, target, args, kwargs, name):
     return impl.elementwise.add(ctx, target, SourceIR.ATEN, name, args[0], 1.0)
 
 
+@torch.library.custom_op("trt_inplace_part::halve_", mutates_args=("state",))
+def halve_(state: torch.Tensor) -> None:
+    state.mul_(0.5)
+
+
+@halve_.register_fake
+def _(state):
+    return None
+
+
 class ReadBeforeUpdate(torch.nn.Module):
     def forward(self, state, y):
         before = torch.sin(state)
@@ -46,11 +58,27 @@ class ReadBeforeUpdate(torch.nn.Module):
         return state * 2 + y, before
 
 
+class OnlyTheEngine(torch.nn.Module):
+    def forward(self, state, y):
+        torch.ops.trt_inplace_part.bump_(state)
+        return state * 2 + y
+
+
 class ReadInEngine(torch.nn.Module):
     def forward(self, state, y):
         before = state * 3
         torch.ops.trt_inplace_part.bump_(state)
         return state * 2 + y, before
+
+
+class UpdatedAgainInPyTorch(torch.nn.Module):
+    """The engine's new state is not the final one: an op without a converter,
+    run in PyTorch, writes the state after it."""
+
+    def forward(self, state, y):
+        torch.ops.trt_inplace_part.bump_(state)
+        torch.ops.trt_inplace_part.halve_(state)
+        return state + y
 
 
 class StateAcrossEngines(torch.nn.Module):
@@ -144,6 +172,53 @@ class TestLinearInTheStates(TestCase):
         self.assertLessEqual(large, 4.5 * small, (small, large))
 
 
+def assert_isolated(test, gm):
+    """Every engine input written in place is a copy made for it, or a state the
+    plan put in place by its op, which only that engine reads (write-backs of its
+    new value aside)."""
+    for call in gm.graph.nodes:
+        if call.op != "call_module" or "_run_on_acc" not in str(call.target):
+            continue
+        for position in in_place_engine_inputs(getattr(gm, str(call.target))):
+            value = call.args[position]
+            if value.target is torch.ops.aten.clone.default:
+                test.assertEqual(list(value.users), [call])
+                continue
+            test.assertEqual(value.op, "placeholder", call.name)
+            plan = value.meta[STATE_PLAN]
+            test.assertTrue(plan.in_place and plan.by_its_op, plan)
+            for user in value.users:
+                if user is not call:
+                    submodule = getattr(gm, str(user.target), None)
+                    test.assertFalse(
+                        _reads(submodule, user, value), (call.name, user.name)
+                    )
+
+
+def _reads(submodule, user, value):
+    """Whether ``user`` (a node or a submodule call) reads ``value``."""
+    if submodule is None:
+        return (
+            user.target is not torch.ops.aten.copy_.default or user.args[0] is not value
+        )
+    inputs = [n for n in submodule.graph.nodes if n.op == "placeholder"]
+    return any(
+        u.target is not torch.ops.aten.copy_.default or u.args[0] is not inputs[i]
+        for i, arg in enumerate(user.args)
+        if arg is value
+        for u in inputs[i].users
+    )
+
+
+def assert_same_as_eager(test, gm, module):
+    state, y = torch.randn(2, 4), torch.randn(2, 4)
+    eager_state = state.clone()
+    expected = module(eager_state, y)
+    actual = gm(state, y)
+    torch.testing.assert_close(actual, expected)
+    torch.testing.assert_close(state, eager_state)
+
+
 class TestInPlaceEngineInputs(TestCase):
     def test_engine_inputs_written_in_place(self):
         gm = partitioned(ReadBeforeUpdate(), fast=False)
@@ -152,15 +227,32 @@ class TestInPlaceEngineInputs(TestCase):
         gm = partitioned(ReadInEngine(), fast=False)
         self.assertEqual(in_place_engine_inputs(gm._run_on_acc_0), [])
 
-    def test_reads_before_the_engine_keep_the_update_in_place(self):
+    def test_a_state_only_the_engine_reads_stays_in_place(self):
         for fast in (False, True):
-            gm = partitioned(ReadBeforeUpdate(), fast)
+            gm = partitioned(ManyStates(3), fast, [torch.zeros(2, 4) for _ in range(3)])
+            engines = [m for n, m in gm.named_children() if "_run_on_acc" in n]
+            written = sum(len(in_place_engine_inputs(m)) for m in engines)
+            self.assertEqual(written, 3)
             before = gm.code
             with self.assertNoLogs("torch_tensorrt.dynamo.partitioning", "WARNING"):
                 isolate_in_place_engine_inputs(gm)
             self.assertEqual(gm.code, before)
 
-    def test_state_crossing_engines_stays_in_place(self):
+    def test_reads_before_the_engine_get_the_engine_a_copy(self):
+        # whether a reader runs before or after the engine is the partitioner's
+        # order, not the program's: the engine gets a copy either way
+        for fast in (False, True):
+            gm = partitioned(ReadBeforeUpdate(), fast)
+            with self.assertLogs(
+                "torch_tensorrt.dynamo.partitioning", "WARNING"
+            ) as logs:
+                isolate_in_place_engine_inputs(gm)
+            (message,) = logs.output
+            self.assertIn("the state is also read by sin", message)
+            assert_isolated(self, gm)
+            assert_same_as_eager(self, gm, ReadBeforeUpdate())
+
+    def test_state_crossing_engines(self):
         for fast in (False, True):
             gm = partitioned(StateAcrossEngines(), fast)
             # global: one engine per update, the second takes the first one's new
@@ -172,10 +264,22 @@ class TestInPlaceEngineInputs(TestCase):
                 if "_run_on_acc" in name
             )
             self.assertEqual(in_place, [[], [0]] if fast else [[0], [0]])
-            before = gm.code
-            with self.assertNoLogs("torch_tensorrt.dynamo.partitioning", "WARNING"):
+            isolate_in_place_engine_inputs(gm)
+            assert_isolated(self, gm)
+            assert_same_as_eager(self, gm, StateAcrossEngines())
+
+    def test_a_state_written_after_the_engine_gets_the_engine_a_copy(self):
+        # the engine's new value would be bound to the state's memory, into which
+        # the write-back copies the op's later value, maybe before a reader of it
+        for fast in (False, True):
+            gm = partitioned(UpdatedAgainInPyTorch(), fast)
+            with self.assertLogs(
+                "torch_tensorrt.dynamo.partitioning", "WARNING"
+            ) as logs:
                 isolate_in_place_engine_inputs(gm)
-            self.assertEqual(gm.code, before)
+            self.assertIn("the state plan copies it back", logs.output[0])
+            assert_isolated(self, gm)
+            assert_same_as_eager(self, gm, UpdatedAgainInPyTorch())
 
     def test_read_after_the_engine_gets_the_engine_a_copy(self):
         gm = partitioned(ReadBeforeUpdate(), fast=False)
@@ -198,7 +302,7 @@ graph():
         )
         (message,) = logs.output
         self.assertIn("Input 'state' of TensorRT engine '_run_on_acc_0'", message)
-        self.assertIn("read afterwards by sin (old value)", message)
+        self.assertIn("the state is also read by sin", message)
         # the copy changes nothing the graph computes
         state, y = torch.randn(2, 4), torch.randn(2, 4)
         eager_state = state.clone()
@@ -212,66 +316,12 @@ graph():
         move_after(gm, "_run_on_gpu_0", "_run_on_acc_1")
         with self.assertLogs("torch_tensorrt.dynamo.partitioning", "WARNING") as logs:
             isolate_in_place_engine_inputs(gm)
-        self.assertIn(
-            "read afterwards by _run_on_gpu_0.sin (old value)", logs.output[0]
-        )
+        self.assertIn("the state is also read by sin", logs.output[0])
         self.assertEqual(
             node(gm, "_run_on_acc_1").args[0].target, torch.ops.aten.clone.default
         )
 
-    def test_view_taken_before_and_read_after_the_engine(self):
-        gm = partitioned(ReadBeforeUpdate(), fast=False)
-        graph, engine = gm.graph, node(gm, "_run_on_acc_0")
-        with graph.inserting_before(engine):
-            view = graph.call_function(
-                torch.ops.aten.select.int, (node(gm, "state"), 0, 0)
-            )
-        with graph.inserting_after(engine):
-            read = graph.call_function(torch.ops.aten.neg.default, (view,))
-        output = node(gm, "output")
-        output.args = ((*output.args[0], read),)
-        gm.recompile()
-        with self.assertLogs("torch_tensorrt.dynamo.partitioning", "WARNING") as logs:
-            isolate_in_place_engine_inputs(gm)
-        self.assertIn(f"read afterwards by {read.name}", logs.output[0])
-
-    def test_reads_after_the_write_back_see_the_new_value(self):
-        gm = partitioned(ReadBeforeUpdate(), fast=False)
-        graph = gm.graph
-        with graph.inserting_after(node(gm, "copy__default")):
-            read = graph.call_function(torch.ops.aten.neg.default, (node(gm, "state"),))
-        output = node(gm, "output")
-        output.args = ((*output.args[0], read),)
-        gm.recompile()
-        before = gm.code
-        with self.assertNoLogs("torch_tensorrt.dynamo.partitioning", "WARNING"):
-            isolate_in_place_engine_inputs(gm)
-        self.assertEqual(gm.code, before)
-
-    def test_new_state_read_after_the_memory_is_overwritten(self):
-        # after the engine, its new state *is* the input's memory: a write-back
-        # of something else before a read of the new state would change it
-        gm = partitioned(ReadBeforeUpdate(), fast=False)
-        graph, engine = gm.graph, node(gm, "_run_on_acc_0")
-        new_state = node(gm, "copy__default").args[1]
-        with graph.inserting_after(new_state):
-            overwrite = graph.call_function(
-                torch.ops.aten.copy_.default, (node(gm, "state"), node(gm, "y"))
-            )
-        with graph.inserting_after(overwrite):
-            read = graph.call_function(torch.ops.aten.neg.default, (new_state,))
-        output = node(gm, "output")
-        output.args = ((*output.args[0], read),)
-        gm.recompile()
-        with self.assertLogs("torch_tensorrt.dynamo.partitioning", "WARNING") as logs:
-            isolate_in_place_engine_inputs(gm)
-        self.assertIn(
-            f"read afterwards by {read.name} (new value, after {overwrite.name})",
-            logs.output[0],
-        )
-        self.assertEqual(engine.args[0].target, torch.ops.aten.clone.default)
-
-    def test_intermediate_states_in_one_engine_are_not_bound(self):
+    def test_a_state_read_between_two_updates_is_copied(self):
         # fast partitioner: both updates in one engine, which also outputs the
         # state between them; a write-back runs before a later engine reads it
         class ReadBetweenUpdates(torch.nn.Module):
@@ -296,25 +346,33 @@ graph():
     %_run_on_acc_2 : [num_users=1] = call_module[target=_run_on_acc_2](args = (%getitem, %_run_on_gpu_1, %getitem_1, %y), kwargs = {})
     return (_run_on_acc_2,)""",
         )
-        # the state between the updates (getitem) is not bound to `state`: the
-        # write-back in _run_on_gpu_1 would change it before _run_on_acc_2 reads it
-        before = gm.code
-        with self.assertNoLogs("torch_tensorrt.dynamo.partitioning", "WARNING"):
-            isolate_in_place_engine_inputs(gm)
-        self.assertEqual(gm.code, before)
-
-    def test_another_engine_input_sharing_the_memory(self):
-        gm = partitioned(ReadBeforeUpdate(), fast=False)
-        engine = node(gm, "_run_on_acc_0")
-        with gm.graph.inserting_before(engine):
-            view = gm.graph.call_function(
-                torch.ops.aten.view.default, (node(gm, "state"), [2, 4])
-            )
-        engine.update_arg(1, view)
-        gm.recompile()
+        # the state is read between its updates: the plan copies it back, and the
+        # first engine, which writes it in place, gets a copy
         with self.assertLogs("torch_tensorrt.dynamo.partitioning", "WARNING") as logs:
             isolate_in_place_engine_inputs(gm)
-        self.assertIn("_run_on_acc_0 (another input)", logs.output[0])
+        self.assertIn(
+            "Input 'state' of TensorRT engine '_run_on_acc_0'", logs.output[0]
+        )
+        self.assertIn("the state plan copies it back", logs.output[0])
+        assert_isolated(self, gm)
+        assert_same_as_eager(self, gm, ReadBetweenUpdates())
+
+    def test_the_plan_decides(self):
+        # the pass does what the state's plan says, and nothing else
+        for module, in_place in ((OnlyTheEngine(), False), (ReadBeforeUpdate(), True)):
+            gm = partitioned(module, fast=False)
+            state = node(gm, "state")
+            forged = dataclasses.replace(
+                state.meta[STATE_PLAN],
+                update="in_place" if in_place else "copy",
+                by_its_op=in_place,
+                reason="forged for the test",
+            )
+            state.meta[STATE_PLAN] = forged
+            isolate_in_place_engine_inputs(gm)
+            engine = next(n for n in gm.graph.nodes if "_run_on_acc" in str(n.target))
+            copied = engine.args[0].target is torch.ops.aten.clone.default
+            self.assertEqual(copied, not in_place, type(module).__name__)
 
 
 if __name__ == "__main__":
