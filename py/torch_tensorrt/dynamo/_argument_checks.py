@@ -6,12 +6,14 @@ an ``AttributeError`` deep inside Torch-TensorRT that named neither the function
 nor the argument. :func:`expect` raises a ``TypeError`` whose message is one
 sentence: the function, the argument, what it got, what it expects and what to do.
 The error is raised without a chained cause, so that sentence is what the user
-reads first.
+reads first. :func:`check_inputs_against_program` does the same for example
+inputs that do not match the program: an engine built for a shape or dtype the
+program was not exported with accepts what eager refuses.
 """
 
 from __future__ import annotations
 
-from typing import Any, Tuple, Type, Union
+from typing import Any, Dict, Optional, Sequence, Tuple, Type, Union
 
 
 def described(value: Any) -> str:
@@ -60,3 +62,77 @@ def expect_exported_program(function: str, exported_program: Any) -> None:
         "export the module first (torch.export.export(module, args)), or call "
         "torch_tensorrt.compile(module, ...), which exports it",
     )
+
+
+def check_inputs_against_program(
+    function: str,
+    exported_program: Any,
+    arg_inputs: Sequence[Any],
+    kwarg_inputs: Optional[Dict[str, Any]],
+) -> None:
+    """Raise ``ValueError`` unless the example inputs fit the program's user inputs.
+
+    ``arg_inputs`` are ``torch_tensorrt.Input`` (as ``prepare_inputs`` makes them).
+    Checked: their number; for a tensor, its rank, every dimension the program
+    fixed, and an explicit dtype. Not checked: dimensions the program exported as
+    dynamic, and calls with ``kwarg_inputs`` or with objects (a cache) that the
+    program flattens by its own rules.
+    """
+    import torch
+    from torch.export.graph_signature import InputKind, TensorArgument
+    from torch.utils._pytree import tree_leaves
+    from torch_tensorrt._Input import Input
+
+    if kwarg_inputs:
+        return  # the program flattens keyword inputs its own way
+    given = tree_leaves(list(arg_inputs))
+    if not all(
+        isinstance(x, (Input, torch.Tensor, int, float, str)) or x is None
+        for x in given
+    ):
+        return  # an object the program flattens its own way
+    specs = [
+        spec
+        for spec in exported_program.graph_signature.input_specs
+        if spec.kind == InputKind.USER_INPUT
+    ]
+    if len(given) != len(specs):
+        raise ValueError(
+            f"{function}: the exported program takes {len(specs)} input(s), but "
+            f"arg_inputs gives {len(given)}; pass one example tensor or "
+            "torch_tensorrt.Input per input, as the model was exported with."
+        )
+    nodes = {n.name: n for n in exported_program.graph.nodes if n.op == "placeholder"}
+    inputs = [
+        nodes[spec.arg.name] if isinstance(spec.arg, TensorArgument) else None
+        for spec in specs
+    ]
+    for position, (node, example) in enumerate(zip(inputs, given)):
+        val = node.meta.get("val") if node is not None else None
+        if not isinstance(val, torch.Tensor) or not isinstance(example, Input):
+            continue
+        if val.is_complex():
+            continue  # its Input is the real view (one more dimension)
+        where = f"{function}: arg_inputs[{position}] (input '{node.name}')"
+        if example._explicit_set_dtype and example.dtype.to(torch.dtype) != val.dtype:
+            raise ValueError(
+                f"{where} is {example.dtype.to(torch.dtype)}, but the program was "
+                f"exported with {val.dtype}; pass a {val.dtype} example (an engine "
+                "built for another dtype would accept what the model refuses)."
+            )
+        shapes = (
+            [example.shape]
+            if example.shape_mode == Input._ShapeMode.STATIC
+            else [example.shape[k] for k in ("min_shape", "opt_shape", "max_shape")]
+        )
+        exported = tuple(d if isinstance(d, int) else "dynamic" for d in val.shape)
+        for shape in shapes:
+            if len(shape) != len(exported) or any(
+                isinstance(d, int) and d != s for d, s in zip(exported, shape)
+            ):
+                raise ValueError(
+                    f"{where} has shape {tuple(shape)}, but the program was exported "
+                    f"with shape {exported}; pass an example of that shape, or "
+                    "export with dynamic shapes (torch.export.Dim) for the "
+                    "dimensions that vary."
+                )

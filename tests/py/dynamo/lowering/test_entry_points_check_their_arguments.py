@@ -10,9 +10,11 @@ with no chained exception above it; before, most of these ended in an
 before anything is converted.
 """
 
+import itertools
 import json
 import os
 import tempfile
+import unittest.mock
 
 import torch
 import torch_tensorrt
@@ -179,6 +181,106 @@ class TestWhatTheCheckersTake(TestCase):
         in_place = [WriteBack("x", "x_new", "in_place", "declared_alias")]
         with self.assertRaisesRegex(ValueError, "bind it to the input's address"):
             check_in_place_bindings(in_place, {"x": 1, "x_new": 2})
+
+
+class TwoInputs(torch.nn.Module):
+    def forward(self, x, y):
+        return x * 2 + y
+
+
+def _cross_compile(exported, inputs):
+    # the feature is Linux x86-64 with the standard flavour only; the check
+    # runs before anything the feature needs
+    features = torch_tensorrt._features.ENABLED_FEATURES._replace(
+        windows_cross_compile=True
+    )
+    with unittest.mock.patch.object(
+        torch_tensorrt._features, "ENABLED_FEATURES", features
+    ):
+        torch_tensorrt.dynamo.cross_compile_for_windows(
+            exported, arg_inputs=inputs, min_block_size=1
+        )
+
+
+ENTRY_POINTS = {
+    "torch_tensorrt.dynamo.compile": lambda ep, inputs: torch_tensorrt.dynamo.compile(
+        ep, arg_inputs=inputs, min_block_size=1, dryrun=True
+    ),
+    "convert_exported_program_to_serialized_trt_engine": lambda ep, inputs: (
+        torch_tensorrt.dynamo.convert_exported_program_to_serialized_trt_engine(
+            ep, arg_inputs=inputs, min_block_size=1
+        )
+    ),
+    "cross_compile_for_windows": _cross_compile,
+}
+
+# example inputs of a program exported with two float32 [2, 4] inputs, and what
+# the sentence must name
+Y = torch.zeros(2, 4)
+MISMATCHES = {
+    "no_inputs": (
+        [],
+        "takes 2 input(s), but arg_inputs gives 0",
+    ),
+    "one_input": ([Y], "gives 1"),
+    "three_inputs": ([Y, Y, Y], "gives 3"),
+    "fixed_dim": ([torch.zeros(3, 4), Y], "arg_inputs[0] (input 'x') has shape (3, 4)"),
+    "rank": ([Y, torch.zeros(8)], "arg_inputs[1] (input 'y') has shape (8,)"),
+    "dtype": ([Y, torch.zeros(2, 4, dtype=torch.int32)], "is torch.int32"),
+    "input_dtype": (
+        [torch_tensorrt.Input((2, 4), dtype=torch.float16), Y],
+        "is torch.float16, but the program was exported with torch.float32",
+    ),
+    "input_range": (
+        [
+            torch_tensorrt.Input(min_shape=(1, 4), opt_shape=(2, 4), max_shape=(3, 4)),
+            Y,
+        ],
+        "has shape (1, 4), but the program was exported with shape (2, 4)",
+    ),
+}
+
+
+class TestExamplesMustFitTheProgram(TestCase):
+    """Example inputs the exported program was not traced for are refused before
+    anything is built: an engine for another shape or dtype would take what eager
+    refuses (and no inputs at all ended in an internal IndexError)."""
+
+    @parameterized.expand(
+        [
+            (f"{entry.rsplit('.', 1)[-1]}_{mistake}", entry, mistake)
+            for entry, mistake in itertools.product(ENTRY_POINTS, MISMATCHES)
+        ]
+    )
+    def test_one_sentence(self, _name, entry, mistake):
+        inputs, named = MISMATCHES[mistake]
+        exported = torch.export.export(TwoInputs(), (Y, Y))
+        with self.assertRaises(ValueError) as caught:
+            ENTRY_POINTS[entry](exported, inputs)
+        message = str(caught.exception)
+        self.assertTrue(message.startswith(f"{entry}: "), message)
+        self.assertIn(named, message)
+        self.assertNotIn("\n", message)
+
+    def test_dynamic_dimensions_take_their_range(self):
+        batch = torch.export.Dim("batch", min=1, max=8)
+        exported = torch.export.export(
+            TwoInputs(), (Y, Y), dynamic_shapes=({0: batch}, {0: batch})
+        )
+        ranged = torch_tensorrt.Input(
+            min_shape=(1, 4), opt_shape=(2, 4), max_shape=(8, 4)
+        )
+        ENTRY_POINTS["torch_tensorrt.dynamo.compile"](exported, [ranged, ranged])
+
+    def test_numbers_among_the_inputs_are_counted(self):
+        class Scaled(torch.nn.Module):
+            def forward(self, x, n: int):
+                return x * n
+
+        exported = torch.export.export(Scaled(), (Y, 3))
+        ENTRY_POINTS["torch_tensorrt.dynamo.compile"](exported, [Y, 3])
+        with self.assertRaisesRegex(ValueError, "takes 2 input"):
+            ENTRY_POINTS["torch_tensorrt.dynamo.compile"](exported, [Y])
 
 
 if __name__ == "__main__":
