@@ -103,12 +103,11 @@ def check_inputs_against_program(
             "torch_tensorrt.Input per input, as the model was exported with."
         )
     nodes = {n.name: n for n in exported_program.graph.nodes if n.op == "placeholder"}
-    inputs = [
-        nodes[spec.arg.name] if isinstance(spec.arg, TensorArgument) else None
-        for spec in specs
-    ]
-    for position, (node, example) in enumerate(zip(inputs, given)):
-        val = node.meta.get("val") if node is not None else None
+    for position, (spec, example) in enumerate(zip(specs, given)):
+        if not isinstance(spec.arg, TensorArgument):
+            continue  # a number or a string, specialized by export
+        node = nodes[spec.arg.name]
+        val = node.meta.get("val")
         if not isinstance(val, torch.Tensor) or not isinstance(example, Input):
             continue
         if val.is_complex():
