@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import logging
 import operator
-from typing import Any, Dict, List, Optional, Set, Tuple
+from typing import Any, Dict, List, Optional, Set
 
 import torch
 from torch_tensorrt.dynamo.conversion._functionalized_op import (
@@ -48,11 +48,10 @@ def _is_trt_call(node: torch.fx.Node) -> bool:
     return node.op == "call_module" and _TRT_SUBMODULE_MARKER in str(node.target)
 
 
-def _outputs(gm: torch.fx.GraphModule) -> Tuple[List[Any], bool]:
-    """The values ``gm`` returns, and whether it returns a single one (not a tuple)."""
+def _outputs(gm: torch.fx.GraphModule) -> List[Any]:
+    """The values ``gm`` returns."""
     results = next(n for n in gm.graph.nodes if n.op == "output").args[0]
-    single = not isinstance(results, (tuple, list))
-    return ([results] if single else list(results)), single
+    return list(results) if isinstance(results, (tuple, list)) else [results]
 
 
 class _Views:
@@ -76,7 +75,7 @@ class _Views:
                 )
             }
             views: List[Optional[int]] = []
-            for value in _outputs(gm)[0]:
+            for value in _outputs(gm):
                 while isinstance(value, torch.fx.Node) and value not in position:
                     value = _view_source(gm, value, self)
                 views.append(position.get(value) if value is not None else None)
