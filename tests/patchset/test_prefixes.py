@@ -5,6 +5,7 @@ import os
 
 import pytest
 from patchset import PatchsetError, prefixes, series
+from test_export import mail
 from test_series import write
 
 
@@ -57,9 +58,36 @@ def test_every_prefix_is_built_installed_and_tested_alone(pieces):
         ("pytest", ["tests/py/test_a.py"], "rtx"),
         ("build", "stack2", ["0001-a.patch", "0002-b.patch"], ["torch_tensorrt/a.py"]),
         ("pip", "stack2.whl"),
-        ("pytest", ["tests/py/test_a.py", "tests/py/test_b.py"], "rtx"),
+        ("pytest", ["tests/py/test_b.py"], "rtx"),  # its own tests only
         ("build", None, None, None),  # the whole patch set back in the venv
         ("pip", "whole.whl"),
+    ]
+
+
+def test_a_prefix_runs_the_earlier_tests_its_piece_changes(tmp_path):
+    changes_a = (
+        "diff --git a/tests/py/test_a.py b/tests/py/test_a.py\n"
+        "--- a/tests/py/test_a.py\n+++ b/tests/py/test_a.py\n@@ -1 +1 @@\n-x\n+y\n"
+    )
+    d, root = write(
+        tmp_path,
+        "[one] One\n0001-a.patch\n[two] Two\n0002-b.patch\n[three] Three\n0003-c.patch\n",
+        [
+            ("0001-a.patch", ["tests/py/test_a.py"]),
+            ("0002-b.patch", ["tests/py/test_b.py"]),
+        ],
+        ["tests/py/test_a.py", "tests/py/test_b.py"],
+    )
+    with open(os.path.join(d, "0003-c.patch"), "w", encoding="utf-8") as f:
+        f.write(mail("feat: 0003-c.patch", changes_a))
+    rec = Recorder()
+    prefixes.check_prefixes(
+        series.read_series(d, root), "py", "rtx", "/out", run=rec.run, build=rec.build
+    )
+    assert [c[1] for c in rec.calls if c[0] == "pytest"] == [
+        ["tests/py/test_a.py"],
+        ["tests/py/test_b.py"],
+        ["tests/py/test_a.py"],
     ]
 
 
@@ -94,7 +122,7 @@ def test_a_failing_prefix_is_named_and_the_venv_restored(pieces):
     rec = Recorder(failing={"tests/py/test_a.py"})
     with pytest.raises(
         PatchsetError,
-        match=r"2 stack prefix\(es\) fail their own tests: 'one' \(1 failed, 2 passed",
+        match=r"1 stack prefix\(es\) fail their own tests: 'one' \(1 failed, 2 passed",
     ):
         prefixes.check_prefixes(
             pieces, "py", "standard", "/out", run=rec.run, build=rec.build
