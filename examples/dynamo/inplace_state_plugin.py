@@ -215,14 +215,14 @@ def run(engine_bytes: bytes, aliases, state, index, update, steps: int = 3):  # 
     context = engine.create_execution_context()
     buffers = {"state": state, "index": index, "update": update}
     buffers["output0"] = torch.empty(index.shape[0], device="cuda")
-    in_place = {a.output_name: a.input_name for a in aliases if a.update == "in_place"}
+    in_place = {a.output: a.input for a in aliases if a.update == "in_place"}
     copies = []
     for a in aliases:
         if a.update == "in_place":
-            buffers[a.output_name] = buffers[a.input_name]
+            buffers[a.output] = buffers[a.input]
         else:
-            buffers[a.output_name] = torch.empty_like(buffers[a.input_name])
-            copies.append((buffers[a.input_name], buffers[a.output_name]))
+            buffers[a.output] = torch.empty_like(buffers[a.input])
+            copies.append((buffers[a.input], buffers[a.output]))
     for name, tensor in buffers.items():
         assert context.set_tensor_address(name, tensor.data_ptr()), name
     stream = torch.cuda.Stream()

@@ -39,7 +39,7 @@ ALIAS_MAP_VERSION = 2
 
 @dataclass(frozen=True)
 class WriteBack:
-    """Engine output ``output_name`` holds the new value of input ``input_name``.
+    """Engine output ``output`` holds the new value of input ``input``.
 
     ``update`` is ``"in_place"`` when a layer of the engine writes the input in
     place (it is recorded in the engine's ``aliased_io``, see
@@ -53,8 +53,8 @@ class WriteBack:
     place); only the built network proves it.
     """
 
-    input_name: str
-    output_name: str
+    input: str
+    output: str
     update: str = "copy"
     binding: Optional[str] = None
     # ``binding: engine`` only: the caller's tensor's shape, and the shape the
@@ -172,9 +172,7 @@ def expose_write_backs(
     gm.graph.lint()
     gm.recompile()
     gm.meta["_output_binding_names"] = names
-    carried = ", ".join(
-        f"{w.output_name} -> {w.input_name} ({w.update})" for w in result
-    )
+    carried = ", ".join(f"{w.output} -> {w.input} ({w.update})" for w in result)
     logger.info(f"Engine outputs carrying input mutations: {carried}")
     return result
 
@@ -266,21 +264,21 @@ def network_in_place_updates(
     """
     result = []
     for w in write_backs:
-        alias = aliased_io.get(w.output_name)
+        alias = aliased_io.get(w.output)
         # kind "user" is the plugin converter's record; any other kind is an
         # alias TensorRT makes and reports itself (IKVCacheUpdateLayer): either
         # way the output is bound in place
-        if alias is not None and alias[0] == w.input_name:
+        if alias is not None and alias[0] == w.input:
             binding = "declared_alias" if alias[1] == "user" else "engine"
             result.append(replace(w, update="in_place", binding=binding))
             continue
         if w.update == "in_place":
             logger.warning(
-                f"Input '{w.input_name}' is not updated in place: no plugin layer of "
-                f"the engine writes it in place as output '{w.output_name}' (the "
+                f"Input '{w.input}' is not updated in place: no plugin layer of "
+                f"the engine writes it in place as output '{w.output}' (the "
                 "converter of its writer declares requires_aliased_plugin_io but "
                 "recorded no in-place plugin output). Its new value is copied back "
-                f"from '{w.output_name}' instead."
+                f"from '{w.output}' instead."
             )
         result.append(replace(w, update="copy", binding=None))
     # Every other output TensorRT aliases to an input is listed as well: a
@@ -288,7 +286,7 @@ def network_in_place_updates(
     # cache has none), or a side-effect output the interpreter appended beside
     # the write-back of the same state. TensorRT refuses to run with such an
     # output bound anywhere but its input, so a caller must know it.
-    covered = {w.output_name for w in result}
+    covered = {w.output for w in result}
     for output_name, (input_name, kind) in aliased_io.items():
         if kind != "user" and output_name not in covered:
             result.append(WriteBack(input_name, output_name, "in_place", "engine"))
@@ -309,16 +307,16 @@ def _check_against_the_network(
     problems = []
     seen: Dict[str, str] = {}
     for w in updates:
-        if w.input_name not in input_names:
-            problems.append(f"'{w.input_name}' is not an input of the engine")
-        if w.output_name not in output_names:
-            problems.append(f"'{w.output_name}' is not an output of the engine")
-        if w.input_name in seen:
+        if w.input not in input_names:
+            problems.append(f"'{w.input}' is not an input of the engine")
+        if w.output not in output_names:
+            problems.append(f"'{w.output}' is not an output of the engine")
+        if w.input in seen:
             problems.append(
-                f"input '{w.input_name}' has two entries ('{seen[w.input_name]}' and "
-                f"'{w.output_name}')"
+                f"input '{w.input}' has two entries ('{seen[w.input]}' and "
+                f"'{w.output}')"
             )
-        seen[w.input_name] = w.output_name
+        seen[w.input] = w.output
     if problems:
         raise RuntimeError(
             "The engine's state outputs disagree with its alias map: "
@@ -340,8 +338,8 @@ def with_state_shapes(
     """
     result = []
     for w in write_backs:
-        if w.binding == "engine" and w.input_name in shapes:
-            state_shape, binding_shape = shapes[w.input_name]
+        if w.binding == "engine" and w.input in shapes:
+            state_shape, binding_shape = shapes[w.input]
             w = replace(w, state_shape=state_shape, binding_shape=binding_shape)
         result.append(w)
     return result
@@ -351,7 +349,7 @@ def with_state_dtypes(
     write_backs: Sequence[WriteBack], dtypes: Mapping[str, str]
 ) -> List[WriteBack]:
     """``write_backs`` with the dtype of each state, by input binding, as the caller has it."""
-    return [replace(w, dtype=dtypes.get(w.input_name, w.dtype)) for w in write_backs]
+    return [replace(w, dtype=dtypes.get(w.input, w.dtype)) for w in write_backs]
 
 
 def with_copy_reasons(
@@ -359,7 +357,7 @@ def with_copy_reasons(
 ) -> List[WriteBack]:
     """``write_backs`` with, on each ``copy``, why it is one, by input binding."""
     return [
-        replace(w, reason=reasons.get(w.input_name)) if w.update == "copy" else w
+        replace(w, reason=reasons.get(w.input)) if w.update == "copy" else w
         for w in write_backs
     ]
 
@@ -387,8 +385,8 @@ def alias_map(write_backs: Sequence[WriteBack]) -> Dict[str, Any]:
     entries = []
     for w in write_backs:
         entry: Dict[str, Any] = {
-            "output": w.output_name,
-            "input": w.input_name,
+            "output": w.output,
+            "input": w.input,
             "update": w.update,
         }
         if w.update == "in_place":
@@ -513,19 +511,19 @@ def alias_map_entries(aliases: Any) -> List[WriteBack]:
     outputs: Dict[str, int] = {}
     in_place: Dict[str, str] = {}
     for i, w in enumerate(entries):
-        if w.output_name in outputs:
+        if w.output in outputs:
             raise AliasMapError(
-                f"alias map entries {outputs[w.output_name]} and {i} both give output "
-                f"'{w.output_name}'"
+                f"alias map entries {outputs[w.output]} and {i} both give output "
+                f"'{w.output}'"
             )
-        outputs[w.output_name] = i
+        outputs[w.output] = i
         if w.update == "in_place":
-            if w.input_name in in_place:
+            if w.input in in_place:
                 raise AliasMapError(
-                    f"outputs '{in_place[w.input_name]}' and '{w.output_name}' are both "
-                    f"bound in place to input '{w.input_name}'"
+                    f"outputs '{in_place[w.input]}' and '{w.output}' are both "
+                    f"bound in place to input '{w.input}'"
                 )
-            in_place[w.input_name] = w.output_name
+            in_place[w.input] = w.output
     return entries
 
 
@@ -612,9 +610,9 @@ def check_alias_map_against_engine(entries: Sequence[WriteBack], engine: Any) ->
         )
     names = [engine.get_tensor_name(i) for i in range(engine.num_io_tensors)]
     modes = {n: str(engine.get_tensor_mode(n)).rsplit(".", 1)[-1] for n in names}
-    listed = {w.output_name: w for w in entries}
+    listed = {w.output: w for w in entries}
     for w in entries:
-        for name, mode in ((w.input_name, "INPUT"), (w.output_name, "OUTPUT")):
+        for name, mode in ((w.input, "INPUT"), (w.output, "OUTPUT")):
             if modes.get(name) != mode:
                 raise AliasMapError(
                     f"alias map: '{name}' is not an {mode.lower()} of the engine "
@@ -622,27 +620,25 @@ def check_alias_map_against_engine(entries: Sequence[WriteBack], engine: Any) ->
                 )
         if w.update != "in_place":
             continue
-        shapes = [
-            list(engine.get_tensor_shape(n)) for n in (w.input_name, w.output_name)
-        ]
-        dtypes = [engine.get_tensor_dtype(n) for n in (w.input_name, w.output_name)]
+        shapes = [list(engine.get_tensor_shape(n)) for n in (w.input, w.output)]
+        dtypes = [engine.get_tensor_dtype(n) for n in (w.input, w.output)]
         if dtypes[0] != dtypes[1] or shapes[0] != shapes[1]:
             raise AliasMapError(
-                f"alias map: output '{w.output_name}' ({dtypes[1]}, {shapes[1]}) is "
-                f"bound in place to input '{w.input_name}' ({dtypes[0]}, {shapes[0]}); "
+                f"alias map: output '{w.output}' ({dtypes[1]}, {shapes[1]}) is "
+                f"bound in place to input '{w.input}' ({dtypes[0]}, {shapes[0]}); "
                 "they must have the same dtype and shape"
             )
         if w.binding == "engine":
-            aliased = engine.get_aliased_input_tensor(w.output_name)
-            if aliased != w.input_name:
+            aliased = engine.get_aliased_input_tensor(w.output)
+            if aliased != w.input:
                 raise AliasMapError(
-                    f"alias map: output '{w.output_name}' is bound in place to "
-                    f"'{w.input_name}' by the engine, but the engine aliases it to "
+                    f"alias map: output '{w.output}' is bound in place to "
+                    f"'{w.input}' by the engine, but the engine aliases it to "
                     f"{aliased!r}"
                 )
             if w.binding_shape is not None and w.binding_shape != shapes[0]:
                 raise AliasMapError(
-                    f"alias map: input '{w.input_name}' has binding_shape "
+                    f"alias map: input '{w.input}' has binding_shape "
                     f"{w.binding_shape}, but the engine's is {shapes[0]}"
                 )
     for name in names:
@@ -680,7 +676,7 @@ def check_in_place_bindings(
     for entry in _entries_argument("check_in_place_bindings", "aliases", aliases):
         if entry.update != "in_place":
             continue
-        output, state = entry.output_name, entry.input_name
+        output, state = entry.output, entry.input
         for name in (output, state):
             if name not in addresses:
                 raise ValueError(
