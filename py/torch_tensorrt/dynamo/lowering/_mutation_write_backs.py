@@ -62,9 +62,6 @@ class WriteBack:
     # IKVCacheUpdateLayer takes); -1 for a dynamic dimension
     state_shape: Optional[List[int]] = None
     binding_shape: Optional[List[int]] = None
-    # the state's dtype as the caller has it (a float64 state's engine input is
-    # float32: the caller converts what it copies back)
-    dtype: Optional[str] = None
     # ``copy`` only: why the engine does not write the state in place
     reason: Optional[str] = None
 
@@ -345,13 +342,6 @@ def with_state_shapes(
     return result
 
 
-def with_state_dtypes(
-    write_backs: Sequence[WriteBack], dtypes: Mapping[str, str]
-) -> List[WriteBack]:
-    """``write_backs`` with the dtype of each state, by input binding, as the caller has it."""
-    return [replace(w, dtype=dtypes.get(w.input, w.dtype)) for w in write_backs]
-
-
 def with_copy_reasons(
     write_backs: Sequence[WriteBack], reasons: Mapping[str, str]
 ) -> List[WriteBack]:
@@ -362,7 +352,9 @@ def with_copy_reasons(
     ]
 
 
-def alias_map(write_backs: Sequence[WriteBack]) -> Dict[str, Any]:
+def alias_map(
+    write_backs: Sequence[WriteBack], input_dtypes: Optional[Mapping[str, str]] = None
+) -> Dict[str, Any]:
     """Machine-readable map of which engine output carries which input's new value.
 
     ``"update": "copy"``: after each execution, copy the output into the input
@@ -381,6 +373,9 @@ def alias_map(write_backs: Sequence[WriteBack]) -> Dict[str, Any]:
     aliases the input.
     ``"reason"`` (``copy`` only): why the engine does not write the input in
     place, from the state plan.
+    ``"inputs"``: each engine input's dtype as the caller has it, by binding name
+    (a float64 input is a float32 engine input: the caller converts it, and
+    converts back what it copies into a float64 state).
     """
     entries = []
     for w in write_backs:
@@ -394,21 +389,22 @@ def alias_map(write_backs: Sequence[WriteBack]) -> Dict[str, Any]:
         if w.state_shape is not None:
             entry["state_shape"] = list(w.state_shape)
             entry["binding_shape"] = list(w.binding_shape or w.state_shape)
-        if w.dtype is not None:
-            entry["dtype"] = w.dtype
         if w.reason is not None:
             entry["reason"] = w.reason
         entries.append(entry)
-    return {
+    result = {
         "format": ALIAS_MAP_FORMAT,
         "version": ALIAS_MAP_VERSION,
         "aliases": entries,
     }
+    if input_dtypes is not None:
+        result["inputs"] = dict(input_dtypes)
+    return result
 
 
 UPDATES = ("copy", "in_place")
 BINDINGS = ("engine", "declared_alias")
-_MAP_KEYS = ("format", "version", "aliases")
+_MAP_KEYS = ("format", "version", "aliases", "inputs")
 _ENTRY_KEYS = (
     "output",
     "input",
@@ -416,7 +412,6 @@ _ENTRY_KEYS = (
     "binding",
     "state_shape",
     "binding_shape",
-    "dtype",
     "reason",
 )
 
@@ -478,9 +473,6 @@ def _entry(i: int, entry: Any) -> WriteBack:
             f"{where}: 'state_shape' and 'binding_shape' go together, on a "
             "'binding': 'engine' entry only"
         )
-    dtype = entry.get("dtype")
-    if dtype is not None and not (isinstance(dtype, str) and dtype):
-        raise AliasMapError(f"{where}: 'dtype' is {dtype!r}; expected a dtype's name")
     reason = entry.get("reason")
     if reason is not None and not (isinstance(reason, str) and update == "copy"):
         raise AliasMapError(
@@ -493,7 +485,6 @@ def _entry(i: int, entry: Any) -> WriteBack:
         binding,
         state_shape,
         binding_shape,
-        dtype,
         reason,
     )
 
@@ -536,8 +527,9 @@ def read_alias_map(source: Any) -> List[WriteBack]:
     ``"update"`` (``"copy"`` or ``"in_place"``), ``"binding"`` (``in_place``
     only: ``"engine"`` or ``"declared_alias"``), and for
     ``"binding": "engine"`` ``"state_shape"`` and ``"binding_shape"`` (lists of
-    dimensions, ``-1`` dynamic); optional: ``"dtype"`` (the state's), and on a
-    ``copy`` ``"reason"``. Any other format or version, key, value or type
+    dimensions, ``-1`` dynamic); optional: on a ``copy`` ``"reason"``, and beside
+    ``"aliases"`` ``"inputs"``, each engine input's dtype by binding name, the
+    inputs of the entries among them. Any other format or version, key, value or type
     is an :class:`AliasMapError` naming the entry and what was expected. Check
     the map against its engine with :func:`check_alias_map_against_engine`.
     """
@@ -572,7 +564,27 @@ def read_alias_map(source: Any) -> List[WriteBack]:
             f"alias map version is {source.get('version')!r}; this Torch-TensorRT "
             f"reads version {ALIAS_MAP_VERSION}"
         )
-    return alias_map_entries(source.get("aliases"))
+    entries = alias_map_entries(source.get("aliases"))
+    _check_input_dtypes(source.get("inputs"), entries)
+    return entries
+
+
+def _check_input_dtypes(dtypes: Any, entries: Sequence[WriteBack]) -> None:
+    """The ``"inputs"`` of a map: dtype names by binding name, every entry's input listed."""
+    if dtypes is None:
+        return
+    if not (
+        isinstance(dtypes, Mapping)
+        and all(isinstance(k, str) and k for k in dtypes)
+        and all(isinstance(v, str) and v for v in dtypes.values())
+    ):
+        raise AliasMapError(
+            f"'inputs' is {dtypes!r}; expected an object of binding names and "
+            "their dtypes' names"
+        )
+    missing = [w.input for w in entries if w.input not in dtypes]
+    if missing:
+        raise AliasMapError(f"'inputs' does not give the dtype of input(s) {missing}")
 
 
 def _entries_argument(function: str, argument: str, entries: Any) -> List[WriteBack]:
@@ -768,7 +780,11 @@ def _new_file_beside(path: str) -> Tuple[int, str]:
             continue
 
 
-def write_alias_map(path: str, write_backs: Sequence[WriteBack]) -> None:
+def write_alias_map(
+    path: str,
+    write_backs: Sequence[WriteBack],
+    input_dtypes: Optional[Mapping[str, str]] = None,
+) -> None:
     """Write :func:`alias_map` as JSON to ``path``, atomically.
 
     The map is written to a new file beside ``path``, which then replaces it:
@@ -781,7 +797,7 @@ def write_alias_map(path: str, write_backs: Sequence[WriteBack]) -> None:
     fd, tmp = _new_file_beside(absolute)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(alias_map(write_backs), f, indent=2)
+            json.dump(alias_map(write_backs, input_dtypes), f, indent=2)
             f.write("\n")
         check_alias_map_path(path)  # nothing else was put there meanwhile
         os.replace(tmp, absolute)

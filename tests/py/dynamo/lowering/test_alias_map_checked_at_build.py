@@ -1,12 +1,13 @@
 # type: ignore
 """A standalone engine's state outputs are checked against its network before
-anything is returned or written, and its alias map gives each state's dtype.
+anything is returned or written, and its alias map gives each input's dtype.
 
 The map's entries come from the write-backs the graph exposes and the aliases
 the interpreter recorded; a disagreement between them (an entry naming a tensor
-the engine lacks, a state filed twice) is a bug raised at build, never a map handed to a caller. Each entry records
-the state's dtype as the caller has it: a float64 state is computed in float32
-(TensorRT has no float64), so the caller converts what it copies back.
+the engine lacks, a state filed twice) is a bug raised at build, never a map handed to a caller. The map's "inputs"
+give every engine input's dtype as the caller has it: a float64 state is
+computed in float32 (TensorRT has no float64), so the caller converts what it
+copies back.
 """
 
 import json
@@ -50,8 +51,8 @@ def _map(model, args):
 
 
 @unittest.skipIf(not CPU_BUILDER, CPU_ONLY)
-class TestTheMapGivesEachStatesDtype(TestCase):
-    def test_dtype_per_entry(self):
+class TestTheMapGivesEachInputsDtype(TestCase):
+    def test_dtype_of_every_input(self):
         for dtype, update in (
             (torch.float16, "in_place"),
             (torch.float64, "copy"),
@@ -62,11 +63,12 @@ class TestTheMapGivesEachStatesDtype(TestCase):
                     torch.zeros(1, 4, 16, 8, dtype=dtype),
                     torch.ones(1, 4, 1, 8, dtype=dtype),
                 )
-                (entry,) = _map(SlabWrite(), args)["aliases"]
+                written = _map(SlabWrite(), args)
+                (entry,) = written["aliases"]
                 self.assertEqual(entry["update"], update)
-                self.assertEqual(entry["dtype"], str(dtype).replace("torch.", ""))
-                (read,) = read_alias_map(_map(SlabWrite(), args))
-                self.assertEqual(read.dtype, entry["dtype"])
+                name = str(dtype).replace("torch.", "")
+                self.assertEqual(written["inputs"], {"cache": name, "u": name})
+                self.assertEqual(len(read_alias_map(written)), 1)
 
 
 class TestTheWriteBacksCheckedAgainstTheNetwork(TestCase):
@@ -110,16 +112,26 @@ class TestTheWriteBacksCheckedAgainstTheNetwork(TestCase):
                 with self.assertRaisesRegex(RuntimeError, message):
                     self.updates(write_backs)
 
-    def test_a_bad_dtype_in_a_map_is_refused(self):
-        entry = {"output": "o", "input": "i", "update": "copy", "dtype": 3}
-        with self.assertRaisesRegex(AliasMapError, "'dtype' is 3"):
-            read_alias_map(
-                {
-                    "format": "torch_tensorrt.engine_io_aliases",
-                    "version": 2,
-                    "aliases": [entry],
-                }
-            )
+    def test_bad_input_dtypes_in_a_map_are_refused(self):
+        entry = {"output": "o", "input": "i", "update": "copy"}
+        for inputs, message in (
+            ({"i": 3}, r"'inputs' is \{'i': 3\}; expected an object of binding names"),
+            (["float32"], "'inputs' is \\['float32'\\]"),
+            (
+                {"x": "float32"},
+                r"'inputs' does not give the dtype of input\(s\) \['i'\]",
+            ),
+        ):
+            with self.subTest(inputs):
+                with self.assertRaisesRegex(AliasMapError, message):
+                    read_alias_map(
+                        {
+                            "format": "torch_tensorrt.engine_io_aliases",
+                            "version": 2,
+                            "aliases": [entry],
+                            "inputs": inputs,
+                        }
+                    )
 
 
 if __name__ == "__main__":
