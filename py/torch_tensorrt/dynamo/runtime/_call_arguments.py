@@ -1,0 +1,75 @@
+"""A wrong argument of a compiled module's call, named in one sentence.
+
+An engine takes tensors of its inputs' dtypes and shapes, and numbers for its
+scalar inputs. 2.14.0 turned any other argument into a tensor with
+``torch.tensor`` (a string ended in torch's "new(): invalid data type 'str'", a
+list became a tensor eager PyTorch never sees), and left a dtype or shape the
+engine cannot take to the runtime, whose check names neither the input nor what
+to pass. :func:`check_scalar_argument` refuses what is not a number before
+anything runs; :func:`wrong_argument`, asked only after the engine has refused
+a call (nothing is added to a call that runs), names the first argument whose
+dtype, rank or static dimension is not the engine's.
+"""
+
+from __future__ import annotations
+
+import numbers
+from typing import Any, Dict, List, Optional, Sequence
+
+import torch
+
+_SCALARS = (numbers.Number, torch.SymInt, torch.SymFloat, torch.SymBool)
+
+
+def _named(engine: str, binding: str, position: int) -> str:
+    return f"Input '{binding}' (argument {position}) of TensorRT engine '{engine}'"
+
+
+def check_scalar_argument(engine: str, binding: str, position: int, value: Any) -> None:
+    """Raise ``TypeError`` unless ``value``, passed where no tensor is, is a number."""
+    if isinstance(value, _SCALARS) and not isinstance(value, complex):
+        return
+    kind = "None" if value is None else f"a {type(value).__name__}"
+    raise TypeError(
+        f"{_named(engine, binding, position)} is {kind}; expected a torch.Tensor, "
+        "or a number for a scalar input: pass the tensor the model takes there"
+    )
+
+
+def wrong_argument(
+    engine: str,
+    bindings: Sequence[str],
+    tensors: Sequence[torch.Tensor],
+    expressions: Optional[Dict[str, List[Dict[str, Any]]]],
+) -> Optional[str]:
+    """The sentence naming the first tensor the engine cannot take, or ``None``.
+
+    ``expressions`` are the engine's recorded inputs (``symbolic_shape_expressions``):
+    each one's dtype and dimensions, an ``int`` for a static one.
+    """
+    recorded = (expressions or {}).get("inputs") or []
+    for position, (binding, tensor, info) in enumerate(
+        zip(bindings, tensors, recorded)
+    ):
+        if info.get("is_scalar"):
+            continue
+        dtype, dims = info.get("dtype"), info.get("shape_exprs")
+        if dtype is not None and tensor.dtype != dtype:
+            name = str(dtype).replace("torch.", "")
+            return (
+                f"{_named(engine, binding, position)} is a "
+                f"{str(tensor.dtype).replace('torch.', '')} tensor; the engine takes "
+                f"{name}: pass a {name} tensor (e.g. with .to(torch.{name}))"
+            )
+        if dims is None:
+            continue
+        shown = [d if isinstance(d, int) else str(d) for d in dims]
+        if tensor.dim() != len(dims) or any(
+            isinstance(d, int) and d != n for d, n in zip(dims, tensor.shape)
+        ):
+            return (
+                f"{_named(engine, binding, position)} has shape "
+                f"{list(tensor.shape)}; the engine takes {shown}: pass a tensor of "
+                "that shape (the shape the module was compiled for)"
+            )
+    return None

@@ -1,0 +1,125 @@
+# type: ignore
+"""A compiled module called with an argument its engine cannot take names the
+input, what it got and what to pass, in one sentence (a string, a list, an
+array where a tensor goes; a tensor of another dtype or static shape)."""
+
+import unittest
+
+import numpy as np
+import torch
+import torch_tensorrt
+from torch.testing._internal.common_utils import TestCase, run_tests
+from torch_tensorrt.dynamo.runtime import TorchTensorRTModule
+from torch_tensorrt.dynamo.runtime._call_arguments import (
+    check_scalar_argument,
+    wrong_argument,
+)
+
+NOT_NUMBERS = {
+    "a str": "cache",
+    "a list": [1.0, 2.0],
+    "a ndarray": np.ones(3, dtype=np.float32),
+    "None": None,
+    "a complex": 1j,
+}
+RECORDED = {
+    "inputs": [
+        {"name": "x", "dtype": torch.float32, "shape_exprs": [2, 4]},
+        {"name": "n", "dtype": torch.int64, "shape_exprs": [], "is_scalar": True},
+        {"name": "y", "dtype": torch.float16, "shape_exprs": ["s0", 8]},
+    ]
+}
+BINDINGS = ["x", "n", "y"]
+
+
+def _args(x=None, y=None):
+    return [
+        torch.zeros(2, 4) if x is None else x,
+        torch.tensor(3),
+        torch.zeros(5, 8, dtype=torch.float16) if y is None else y,
+    ]
+
+
+class TestScalarArguments(TestCase):
+    def test_what_is_not_a_number_is_named(self):
+        for kind, value in NOT_NUMBERS.items():
+            with self.subTest(kind):
+                with self.assertRaisesRegex(
+                    TypeError,
+                    rf"^Input 'n' \(argument 1\) of TensorRT engine 'e' is {kind}; "
+                    r"expected a torch.Tensor, or a number for a scalar input: pass ",
+                ):
+                    check_scalar_argument("e", "n", 1, value)
+
+    def test_numbers_pass(self):
+        for value in (3, 2.5, True, np.float32(1.5), np.int64(2)):
+            with self.subTest(value):
+                self.assertIsNone(check_scalar_argument("e", "n", 1, value))
+
+    def test_the_module_refuses_it_before_the_engine_runs(self):
+        module = TorchTensorRTModule.__new__(TorchTensorRTModule)
+        torch.nn.Module.__init__(module)
+        module.name, module.input_binding_names = "m", ["n", "x"]
+        module.target_device = None
+        module.engine = None  # never reached
+        with self.assertRaisesRegex(TypeError, r"^Input 'n' \(argument 0\) .* a str"):
+            module.forward("3", torch.zeros(2))
+
+
+class TestWrongTensors(TestCase):
+    def test_each_mismatch_is_named(self):
+        cases = {
+            r"Input 'x' \(argument 0\) of TensorRT engine 'e' is a int32 tensor; the "
+            r"engine takes float32: pass a float32 tensor \(e.g. with "
+            r".to\(torch.float32\)\)$": _args(x=torch.zeros(2, 4, dtype=torch.int32)),
+            r"Input 'x' \(argument 0\) .* has shape \[3, 4\]; the engine takes "
+            r"\[2, 4\]: pass a tensor of that shape": _args(x=torch.zeros(3, 4)),
+            r"Input 'x' .* has shape \[2, 4, 1\]": _args(x=torch.zeros(2, 4, 1)),
+            r"Input 'y' \(argument 2\) .* has shape \[5, 7\]; the engine takes "
+            r"\['s0', 8\]": _args(y=torch.zeros(5, 7, dtype=torch.float16)),
+        }
+        for message, args in cases.items():
+            with self.subTest(message):
+                self.assertRegex(wrong_argument("e", BINDINGS, args, RECORDED), message)
+
+    def test_what_the_engine_takes_passes(self):
+        for args in (_args(), _args(y=torch.zeros(9, 8, dtype=torch.float16))):
+            self.assertIsNone(wrong_argument("e", BINDINGS, args, RECORDED))
+        # nothing recorded (an engine from before the records): nothing to say
+        self.assertIsNone(wrong_argument("e", BINDINGS, _args(x=torch.zeros(1)), None))
+
+
+class AddScaled(torch.nn.Module):
+    def forward(self, x, y):
+        return x * 2 + y
+
+
+@unittest.skipIf(not torch.cuda.is_available(), "Running an engine needs a CUDA device")
+class TestCompiledModuleCall(TestCase):
+    def test_a_wrong_call_is_named_and_a_right_one_runs(self):
+        x, y = torch.randn(2, 4).cuda(), torch.randn(2, 4).cuda()
+        trt = torch_tensorrt.compile(
+            AddScaled().eval().cuda(), ir="dynamo", inputs=(x, y), min_block_size=1
+        )
+        torch.testing.assert_close(trt(x, y), x * 2 + y)
+        wrong = {
+            r"Input 'x' \(argument 0\) of TensorRT engine .* is a int32 tensor; the "
+            r"engine takes float32": (x.int(), y),
+            r"Input 'y' \(argument 1\) .* has shape \[3, 4\]; the engine takes \[2, 4\]": (
+                x,
+                torch.randn(3, 4).cuda(),
+            ),
+        }
+        for message, args in wrong.items():
+            with self.subTest(message):
+                with self.assertRaisesRegex(TypeError, message):
+                    trt(*args)
+        engine = next(m for m in trt.modules() if isinstance(m, TorchTensorRTModule))
+        for kind, value in NOT_NUMBERS.items():
+            with self.subTest(kind):
+                with self.assertRaisesRegex(TypeError, rf"argument 1\) .* is {kind};"):
+                    engine(x, value)
+
+
+if __name__ == "__main__":
+    run_tests()
