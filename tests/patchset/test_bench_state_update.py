@@ -232,7 +232,6 @@ def test_the_copy_back_engine_builds_with_its_alias_map(bench):
         "output": "state_new",
         "input": "state",
         "update": "copy",
-        "dtype": "float32",
     }
     assert "also read by" in entry["reason"]  # why the engine copies it
 

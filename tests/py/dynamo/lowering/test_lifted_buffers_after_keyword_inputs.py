@@ -64,13 +64,13 @@ class TestKeywordInputs(TestCase):
                 )
             )
             with open(path) as f:
-                return engine, json.load(f)["aliases"]
+                return engine, json.load(f)
 
     def test_keyword_inputs_then_the_buffers(self):
-        engine, aliases = self._build(arg_inputs=(), kwarg_inputs=_kwargs())
+        engine, written = self._build(arg_inputs=(), kwarg_inputs=_kwargs())
         self.assertGreater(len(engine), 0)
-        self.assertEqual([a["input"] for a in aliases], ["buf_cache"])
-        self.assertEqual(aliases[0]["dtype"], "float32")
+        self.assertEqual([a["input"] for a in written["aliases"]], ["buf_cache"])
+        self.assertEqual(written["inputs"]["buf_cache"], "float32")
 
 
 if __name__ == "__main__":
