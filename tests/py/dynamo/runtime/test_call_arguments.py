@@ -1,7 +1,8 @@
 # type: ignore
 """A compiled module called with an argument its engine cannot take names the
 input, what it got and what to pass, in one sentence (a string, a list, an
-array where a tensor goes; a tensor of another dtype or static shape)."""
+array where a tensor goes; a tensor of another dtype or static shape; too many
+or too few arguments)."""
 
 import unittest
 
@@ -64,6 +65,12 @@ class TestScalarArguments(TestCase):
         module.engine = None  # never reached
         with self.assertRaisesRegex(TypeError, r"^Input 'n' \(argument 0\) .* a str"):
             module.forward("3", torch.zeros(2))
+        with self.assertRaisesRegex(
+            TypeError,
+            r"^TensorRT engine 'm' takes 2 input\(s\) \(n, x\); got 3 argument\(s\): "
+            "pass one per input, in that order$",
+        ):
+            module.forward(3, torch.zeros(2), torch.zeros(2))
 
 
 class TestWrongTensors(TestCase):
