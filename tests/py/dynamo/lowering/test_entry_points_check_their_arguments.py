@@ -14,8 +14,8 @@ import itertools
 import json
 import os
 import tempfile
-import unittest.mock
 
+import test_state_steps
 import torch
 import torch_tensorrt
 from parameterized import parameterized
@@ -188,30 +188,11 @@ class TwoInputs(torch.nn.Module):
         return x * 2 + y
 
 
-def _cross_compile(exported, inputs):
-    # the feature is Linux x86-64 with the standard flavour only; the check
-    # runs before anything the feature needs
-    features = torch_tensorrt._features.ENABLED_FEATURES._replace(
-        windows_cross_compile=True
-    )
-    with unittest.mock.patch.object(
-        torch_tensorrt._features, "ENABLED_FEATURES", features
-    ):
-        torch_tensorrt.dynamo.cross_compile_for_windows(
-            exported, arg_inputs=inputs, min_block_size=1
-        )
-
-
+# the check runs before anything the entry points build
 ENTRY_POINTS = {
-    "torch_tensorrt.dynamo.compile": lambda ep, inputs: torch_tensorrt.dynamo.compile(
-        ep, arg_inputs=inputs, min_block_size=1, dryrun=True
-    ),
-    "convert_exported_program_to_serialized_trt_engine": lambda ep, inputs: (
-        torch_tensorrt.dynamo.convert_exported_program_to_serialized_trt_engine(
-            ep, arg_inputs=inputs, min_block_size=1
-        )
-    ),
-    "cross_compile_for_windows": _cross_compile,
+    "torch_tensorrt.dynamo.compile": test_state_steps._compile,
+    "convert_exported_program_to_serialized_trt_engine": test_state_steps._convert,
+    "cross_compile_for_windows": test_state_steps._cross_compile,
 }
 
 # example inputs of a program exported with two float32 [2, 4] inputs, and what
