@@ -41,7 +41,7 @@ from torch_tensorrt.dynamo.conversion._functionalized_op import (
     other_readers,
     updates_in_place,
 )
-from torch_tensorrt.dynamo.conversion.impl._kv_cache_layer import (
+from torch_tensorrt.dynamo.lowering._kv_state_writes import (
     KVStateWrite,
     plan_kv_state_write,
 )

@@ -20,12 +20,12 @@ from typing import Any, Dict, List, Tuple
 
 import torch
 from torch_tensorrt.dynamo._settings import CompilationSettings
-from torch_tensorrt.dynamo.conversion.impl._kv_cache_layer import (
-    forbid_kv_writes_on_cloned_inputs,
-)
 from torch_tensorrt.dynamo.lowering._buffer_lifting import (
     assert_no_kv_alias_markers_survived,
     lift_mutated_buffers,
+)
+from torch_tensorrt.dynamo.lowering._kv_state_writes import (
+    forbid_kv_writes_on_cloned_inputs,
 )
 from torch_tensorrt.dynamo.lowering.passes._aten_lowering_pass import post_lowering
 from torch_tensorrt.dynamo.lowering.passes.view_state_writes_in_kv_cache_form import (

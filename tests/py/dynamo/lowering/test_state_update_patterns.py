@@ -655,9 +655,7 @@ class TestStateUpdatePatternsOnCpu(TestCase):
                 self.assertIn("is not a tensor dtype", reason)
 
     def test_a_write_written_again_is_not_final(self):
-        from torch_tensorrt.dynamo.conversion.impl._kv_cache_layer import (
-            kv_write_is_final,
-        )
+        from torch_tensorrt.dynamo.lowering._kv_state_writes import kv_write_is_final
 
         ep = torch.export.export(TwoSlabs(), _kv())
         lowered = ep.run_decompositions({}).module()
@@ -673,7 +671,7 @@ class TestStateUpdatePatternsOnCpu(TestCase):
         self.assertTrue(kv_write_is_final(None)[0])
 
     def test_only_a_write_that_is_its_caches_only_reader(self):
-        from torch_tensorrt.dynamo.conversion.impl._kv_cache_layer import (
+        from torch_tensorrt.dynamo.lowering._kv_state_writes import (
             kv_cache_has_no_other_reader,
         )
 

@@ -18,10 +18,12 @@ from torch_tensorrt.dynamo import CompilationSettings
 from torch_tensorrt.dynamo.conversion.impl._kv_cache_layer import (
     KV_STATE_WRITE,
     STATE_VIEW,
+)
+from torch_tensorrt.dynamo.lowering import get_decompositions, post_lowering
+from torch_tensorrt.dynamo.lowering._kv_state_writes import (
     kv_layer_view,
     plan_kv_state_write,
 )
-from torch_tensorrt.dynamo.lowering import get_decompositions, post_lowering
 from torch_tensorrt.dynamo.lowering._mutation_write_backs import (
     alias_map_entries,
     check_alias_map_against_engine,

@@ -42,9 +42,8 @@ from torch_tensorrt.dynamo.conversion._functionalized_op import is_write_back
 from torch_tensorrt.dynamo.conversion.impl._kv_cache_layer import (
     KV_STATE_WRITE,
     STATE_VIEW,
-    KVStateWrite,
-    kv_layer_view,
 )
+from torch_tensorrt.dynamo.lowering._kv_state_writes import KVStateWrite, kv_layer_view
 from torch_tensorrt.dynamo.lowering._state_plan import plan_state_updates
 from torch_tensorrt.dynamo.lowering.passes.pass_utils import (
     clean_up_graph_after_modifications,
