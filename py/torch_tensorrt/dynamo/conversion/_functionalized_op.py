@@ -137,7 +137,7 @@ class FunctionalizedOp:
                 )
             node = getattr(ctx, "current_node", None)
             if node is not None and updates_in_place(node):
-                record_in_place_outputs(ctx, node, args, kwargs, outputs)
+                record_in_place_outputs(ctx, node, outputs)
             return tuple(outputs)
 
         return convert_functionalized
@@ -197,11 +197,6 @@ def _mutators(value: torch.fx.Node) -> List[torch.fx.Node]:
     ]
 
 
-def updated_again(value: torch.fx.Node) -> bool:
-    """Whether a mutating op (a :class:`FunctionalizedOp` call) takes ``value``."""
-    return bool(_mutators(value))
-
-
 def in_place_source(value: Any) -> Optional[torch.fx.Node]:
     """The tensor whose memory TensorRT computes ``value`` in, if in place.
 
@@ -227,7 +222,7 @@ def in_place_source(value: Any) -> Optional[torch.fx.Node]:
 
 
 def record_in_place_outputs(
-    ctx: Any, node: torch.fx.Node, args: Any, kwargs: Any, outputs: Sequence[Any]
+    ctx: Any, node: torch.fx.Node, outputs: Sequence[Any]
 ) -> None:
     """Record the new values the converter of ``node`` computes in the memory of
     engine inputs as #4251 aliased outputs (kind ``user``), which both runtimes
@@ -235,90 +230,40 @@ def record_in_place_outputs(
 
     The one place that records them, for every converter that declares
     ``requires_aliased_plugin_io`` (TensorRT does not report plugin aliases
-    itself). Recorded only when it is safe: the mutated argument is an engine
-    input (or the state an earlier in-place writer of this engine updates),
-    ``node`` is its only reader (otherwise TensorRT copies it first), and the new
-    value is an engine output and the state's final value in the engine.
-    Anything else keeps the copy-back path, with a warning naming why.
+    itself); it records exactly what the state plan decided: an engine input
+    whose row (``STATE_PLAN``, on its placeholder) puts it in place by its op
+    with the new value this call computes (``write``). The plan's rules (the
+    argument is the state itself or an earlier in-place writer's new value,
+    nothing else reads it, the value is its final one) are not checked again.
+    Any other argument keeps the copy-back path, as its row says.
     """
     from torch_tensorrt.dynamo.conversion._ConversionContext import (
         AliasedOutput,
         AliasKind,
     )
-    from torch_tensorrt.dynamo.conversion.impl.slice_scatter import (
-        input_binding_name,
-    )
+    from torch_tensorrt.dynamo.lowering._state_plan import STATE_PLAN
 
     op = node.target
     assert isinstance(op, FunctionalizedOp)
-    tensors = arguments(op.op, args, kwargs)
-    for k, (arg, state) in enumerate(mutated_values(node).items()):
-        if not isinstance(state, torch.fx.Node):
+    placeholders = [n for n in node.graph.nodes if n.op == "placeholder"]
+    written = {
+        row.write: (position, state)
+        for position, state in enumerate(placeholders)
+        for row in [state.meta.get(STATE_PLAN)]
+        if row is not None and row.in_place and row.by_its_op
+    }
+    for user in node.users:
+        if user.target is not operator.getitem or user.name not in written:
             continue
-        network_input = tensors.get(arg)
-        binding = (
-            None
-            if network_input is None or isinstance(network_input, torch.Tensor)
-            else input_binding_name(ctx, network_input)
+        k = user.args[1] - op.num_returns
+        position, state = written[user.name]
+        # the interpreter adds one network input per placeholder
+        network_input = ctx.net.get_input(position)
+        output = outputs[user.args[1]]
+        _check_in_place_binding(ctx, op, op.mutated[k], state, network_input, output)
+        ctx.aliased_outputs.append(
+            AliasedOutput(output, str(network_input.name), AliasKind.USER)
         )
-        source = state
-        if binding is None:
-            # after other in-place writers, this one writes the engine input the
-            # first of them updates
-            source = in_place_source(state)
-            if source is None or source.op != "placeholder":
-                if state.op == "placeholder":
-                    _not_in_place(
-                        op,
-                        arg,
-                        state,
-                        "it reaches the op through another layer, not as an "
-                        "engine input",
-                    )
-                continue
-            network_input = _network_input(ctx, source)
-            binding = str(network_input.name)
-        readers = other_readers(state, node)
-        if readers:
-            _not_in_place(
-                op,
-                arg,
-                state,
-                f"engine input '{binding}' has other readers ({', '.join(readers)}), "
-                "so TensorRT would copy it before the in-place writer",
-            )
-            continue
-        new_values = [
-            user
-            for user in node.users
-            if user.target is operator.getitem and user.args[1] == op.num_returns + k
-        ]
-        # bound only when it is an engine output and the state's final value in
-        # the engine: an intermediate one would be overwritten in the caller's
-        # memory by the final value's write-back
-        if any(
-            any(u.op == "output" for u in value.users) and not updated_again(value)
-            for value in new_values
-        ):
-            output = outputs[op.num_returns + k]
-            _check_in_place_binding(ctx, op, arg, source, network_input, output)
-            ctx.aliased_outputs.append(AliasedOutput(output, binding, AliasKind.USER))
-
-
-def _not_in_place(
-    op: FunctionalizedOp, arg: str, state: torch.fx.Node, why: str
-) -> None:
-    """Warn that ``arg`` is copied back instead of updated in place."""
-    logger.warning(
-        f"{op.op}: argument '{arg}' ({state.name}) is not updated in place: {why}; "
-        "its new value is copied back instead"
-    )
-
-
-def _network_input(ctx: Any, placeholder: torch.fx.Node) -> Any:
-    """The network input of ``placeholder`` (the interpreter adds one per placeholder)."""
-    placeholders = [n for n in placeholder.graph.nodes if n.op == "placeholder"]
-    return ctx.net.get_input(placeholders.index(placeholder))
 
 
 def _check_in_place_binding(

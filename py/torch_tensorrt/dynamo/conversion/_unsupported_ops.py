@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import operator
-from typing import Any, Dict, List, Sequence
+from typing import Any, Dict, Sequence
 
 import torch
 from torch._higher_order_ops.auto_functionalize import (
@@ -70,15 +70,6 @@ def _unsupported_nodes(gm: torch.fx.GraphModule) -> Dict[Any, torch.fx.Node]:
             continue
         found.setdefault(_user_op(node), node)
     return found
-
-
-def unsupported_ops(gm: torch.fx.GraphModule) -> List[Any]:
-    """The ops of ``gm`` no registered converter takes, each once, in graph order.
-
-    Write-backs (``aten.copy_`` into an input or buffer) are not among them: they
-    run after the engine, whatever converts.
-    """
-    return list(_unsupported_nodes(gm))
 
 
 def _has_converters(node: torch.fx.Node) -> bool:

@@ -26,7 +26,6 @@ from dataclasses import dataclass
 from typing import Any, Collection, List, Optional, Sequence, Tuple
 
 import torch
-from torch_tensorrt.dynamo.conversion._functionalized_op import is_write_back
 from torch_tensorrt.dynamo.conversion.impl._kv_cache_layer import (
     kv_cache_dtype_eligible,
 )
@@ -249,32 +248,6 @@ class KVStateWrite:
         return len(self.shape) == 4 and self.axis == 2
 
 
-def _is_state_update(write: torch.fx.Node, cache: torch.fx.Node) -> bool:
-    """Whether ``write`` gives ``cache`` its new value (not a new tensor).
-
-    It does when the graph writes it back into ``cache`` (``aten.copy_``), or
-    when ``cache`` is a lifted buffer and ``write`` is the output
-    ``lift_mutated_buffers`` appended for the buffer's new value (a functional
-    write of a buffer, ``y = torch.index_copy(self.buf, ...)``, is a new tensor).
-    """
-    if (
-        "_lifted_buffer_output" not in cache.meta
-        and cache.meta.get("_lifted_buffer") is not None
-    ):
-        # lifted by a buffer lifting that drops the write-back and predicts
-        # the layer (before the state plan): any write of it is its update
-        return True
-    position = cache.meta.get("_lifted_buffer_output")
-    if position is not None:
-        output = next(n for n in write.graph.nodes if n.op == "output")
-        results = output.args[0]
-        results = list(results) if isinstance(results, (tuple, list)) else [results]
-        return position < len(results) and results[position] is write
-    return any(
-        is_write_back(user) and user.args[:2] == (cache, write) for user in write.users
-    )
-
-
 def _slice_write_bounds(
     write: torch.fx.Node, shape: Tuple[Any, ...]
 ) -> Tuple[Optional[Tuple[int, int, Any]], str]:
@@ -308,20 +281,17 @@ def _slice_write_bounds(
 def plan_kv_state_write(
     write: torch.fx.Node,
     cache: Optional[torch.fx.Node] = None,
-    *,
-    functional: bool = False,
 ) -> Tuple[Optional[KVStateWrite], str]:
     """Whether ``IKVCacheUpdateLayer`` can make the state update ``write`` in place.
 
-    ``write`` is a ``slice_scatter`` or ``index_copy`` node; ``cache`` the
-    placeholder it writes (default ``write.args[0]``; the buffer-lifting
-    prediction passes the input a clone of it will become). The layer can where
-    the write is a contiguous run of positions of a contiguous float32, float16
-    or bfloat16 state that is an engine input, the run is along one axis (any
-    rank; the state is seen in the layer's form, :func:`kv_layer_view`), the
-    write is the state's new value (written back into it, or a lifted buffer),
-    its last write and its only reader. Returns ``(plan, reason)``; the reason
-    is for the debug log.
+    ``write`` is a ``slice_scatter`` or ``index_copy`` node that the caller knows
+    to be the state's new value (the state plan); ``cache`` the placeholder it
+    writes (default ``write.args[0]``). The layer can where the write is a
+    contiguous run of positions of a contiguous float32, float16 or bfloat16
+    state that is an engine input, the run is along one axis (any rank; the
+    state is seen in the layer's form, :func:`kv_layer_view`), and the write is
+    its state's last write and its only reader. Returns ``(plan, reason)``; the
+    reason is for the debug log.
     """
     if write.op != "call_function" or write.target not in (
         torch.ops.aten.slice_scatter.default,
@@ -334,11 +304,6 @@ def plan_kv_state_write(
         cache = write.args[0] if isinstance(write.args[0], torch.fx.Node) else None
     if cache is None or cache.op != "placeholder":
         return None, "the state it writes is not an engine input"
-    if not functional and not _is_state_update(write, cache):
-        return None, (
-            f"its result is not written back into {cache.name}: a new tensor, and "
-            f"{cache.name} keeps its value"
-        )
     val = cache.meta.get("val")
     if not isinstance(val, torch.Tensor):
         return None, f"{cache.name} has no tensor metadata"

@@ -20,10 +20,9 @@ is the only input of what follows. ``view_state_writes_in_kv_cache_form``
 rewrites each in-place write into the layer's form and marks it
 (``KV_STATE_WRITE``); the converters put exactly the marked writes on the layer
 and make every other write a scatter; the partitioners keep the marked views at
-the engine's boundary in PyTorch; and once engines are built,
-:func:`check_engines_against_state_plan` compares what TensorRT aliased with the
-plan. An alias the plan did not make is a bug named in one sentence, never a
-wrong result.
+the engine's boundary in PyTorch; and each engine built is compared with the
+plan (:func:`check_engine_against_state_plan`). An alias the plan did not make
+is a bug named in one sentence, never a wrong result.
 """
 
 from __future__ import annotations
@@ -31,7 +30,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import operator
-from typing import Any, Dict, List, Optional, Set, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import torch
 from torch_tensorrt.dynamo.conversion._functionalized_op import (
@@ -96,22 +95,6 @@ def state_new_values(
                 outputs = _outputs(gm)
             value = outputs[position] if position is not None else None
             states[node] = value if isinstance(value, torch.fx.Node) else None
-        elif node.op == "placeholder" and node.meta.get("_lifted_buffer"):
-            # lifted by a buffer lifting that drops the write-back and predicts
-            # the layer (before this plan): its one slab write is its update
-            writes = [
-                u
-                for u in node.users
-                if u.op == "call_function"
-                and u.target
-                in (
-                    torch.ops.aten.slice_scatter.default,
-                    torch.ops.aten.index_copy.default,
-                )
-                and u.args[0] is node
-            ]
-            if len(writes) == 1:
-                states[node] = writes[0]
         elif is_write_back(node) and isinstance(node.args[0], torch.fx.Node):
             value = node.args[1] if len(node.args) > 1 else None
             states[node.args[0]] = value if isinstance(value, torch.fx.Node) else None
@@ -195,12 +178,10 @@ def _functional_cache_update(
     update made in place (upstream's ``test_single_position_write_aliased``):
     the plan keeps that contract, for this form only, and says so.
     """
-    if node.meta.get("_lifted_buffer") is not None:
-        return None
     writes = [u for u in node.users if u.op == "call_function" and u.args[0] is node]
     if len(writes) != 1:
         return None
-    plan, reason = plan_kv_state_write(writes[0], node, functional=True)
+    plan, reason = plan_kv_state_write(writes[0], node)
     if plan is None or not plan.in_layer_form:
         return None
     if plan.index is not None and plan.shape[0] != 1:
@@ -272,43 +253,46 @@ def state_plan(gm: torch.fx.GraphModule) -> Dict[str, StateUpdate]:
     }
 
 
-def check_engines_against_state_plan(
-    aliased_in: Set[str],
-    plan: Dict[str, StateUpdate],
-    *,
-    binding_of: Optional[Dict[str, str]] = None,
-    engines_built: bool = True,
+def check_engine_against_state_plan(
+    module: torch.fx.GraphModule,
+    input_names: Sequence[str],
+    aliased_io: Mapping[str, Tuple[str, str]],
 ) -> None:
-    """Compare the inputs TensorRT writes in place (``aliased_in``) with the plan.
+    """Raise where the engine built from ``module`` writes an input in place that
+    the plan did not put in place.
 
-    ``aliased_in`` holds the input bindings of the engines' ``kv_cache_update``
-    aliases (:func:`aliased_input_bindings`); ``binding_of`` maps a state's name
-    to its binding where they differ. An input aliased that the plan did not put
-    in place would hand the caller an output that is the state's memory where it
-    expects a new tensor: a bug, raised in one sentence. A state planned in place
-    that no engine wrote in place (its write ran in PyTorch, or in an engine the
-    partitioner cut without it) is still right, copied back; a warning names it,
-    unless its op's converter writes it (a plugin's alias, which TensorRT does
-    not report).
+    Run on every engine TensorRT builds, where every entry point converts
+    (``interpret_module_to_result``). ``module``'s placeholders carry their
+    state's row: partitioning copies a placeholder's meta into the engine's
+    submodule, and a view of a state in the layer's form carries its state's.
+    ``input_names`` are the engine's input bindings, one per placeholder;
+    ``aliased_io`` maps an output binding to ``(input binding, kind)``. An
+    alias the plan did not make would hand the caller an output that is the
+    state's memory where it expects a new tensor: TensorRT's own alias
+    (``IKVCacheUpdateLayer``) needs a row in place, a ``user`` alias (recorded
+    by a converter that declares ``requires_aliased_plugin_io``) a row its op
+    writes in place. A bug in Torch-TensorRT, raised in one sentence.
     """
-    if not engines_built:
-        return
-    binding_of = binding_of or {}
-    in_place = {
-        binding_of.get(name, name): name for name, u in plan.items() if u.in_place
-    }
-    unplanned = sorted(b for b in aliased_in if b not in in_place)
-    if unplanned:
-        raise RuntimeError(
-            f"The engine writes input(s) {unplanned} in place, which the state plan "
-            "filed to be copied back: this is a bug in Torch-TensorRT's state "
-            "handling, please report it with the model"
-        )
-    for binding, name in sorted(in_place.items()):
-        if binding not in aliased_in and not plan[name].by_its_op:
-            logger.warning(
-                "State %s was planned to be written in place, but no engine writes "
-                "it in place (its write runs in PyTorch, or in another engine); its "
-                "new value is copied back",
-                name,
+    placeholders = [n for n in module.graph.nodes if n.op == "placeholder"]
+    if not aliased_io or any("val" not in p.meta for p in placeholders):
+        return  # nothing aliased, or a module whose placeholders lost their meta
+    row_of = {b: p.meta.get(STATE_PLAN) for p, b in zip(placeholders, input_names)}
+    wrong = []
+    for output, (binding, kind) in sorted(aliased_io.items()):
+        row = row_of.get(binding)
+        if row is None:
+            wrong.append(f"'{binding}' (output '{output}'; it is no state)")
+        elif not row.in_place:
+            wrong.append(f"'{binding}' (output '{output}'; planned: {row.reason})")
+        elif kind == "user" and not row.by_its_op:
+            wrong.append(
+                f"'{binding}' (output '{output}', a converter's alias; planned: "
+                f"{row.reason})"
             )
+    if wrong:
+        raise RuntimeError(
+            "The engine writes in place what the state plan copies back: "
+            + "; ".join(wrong)
+            + ". This is a bug in Torch-TensorRT's state handling, please report "
+            "it with the model"
+        )

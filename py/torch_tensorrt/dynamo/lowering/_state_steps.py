@@ -28,9 +28,6 @@ from torch_tensorrt.dynamo.lowering._kv_state_writes import (
     forbid_kv_writes_on_cloned_inputs,
 )
 from torch_tensorrt.dynamo.lowering.passes._aten_lowering_pass import post_lowering
-from torch_tensorrt.dynamo.lowering.passes.view_state_writes_in_kv_cache_form import (
-    viewed_states,
-)
 
 
 @dataclass(frozen=True)
@@ -42,8 +39,6 @@ class LoweredStates:
     lifted_buffers: List[Tuple[str, str, torch.Tensor]] = field(default_factory=list)
     # the lifted graph's meta before lowering (the user's input and output specs)
     lifted_meta: Dict[str, Any] = field(default_factory=dict)
-    # an engine input that is a state's view in the layer's form -> that state
-    state_of_view: Dict[str, str] = field(default_factory=dict)
 
     @property
     def copyback_buffers(self) -> List[str]:
@@ -74,4 +69,4 @@ def lower_states(
     # named here, not met as a wrong in-place write
     lowered = {node.name for node in gm.graph.nodes}
     assert_no_kv_alias_markers_survived(gm, [n for n in marked if n in lowered])
-    return LoweredStates(gm, lifted, lifted_meta, viewed_states(gm))
+    return LoweredStates(gm, lifted, lifted_meta)

@@ -153,24 +153,3 @@ def numbers_from_device(tensors: Sequence[torch.Tensor]) -> List[Any]:
     host = [t.to("cpu", non_blocking=True) for t in tensors]
     torch.cuda.current_stream(tensors[0].device).synchronize()
     return [h.item() for h in host]
-
-
-def scalar_output_positions(
-    symbolic_shape_expressions: Optional[Dict[str, Any]],
-) -> NumberOutputs:
-    """Positions of the engine outputs that carry a number (``is_scalar``), with
-    how each is given back (:class:`NumberOutputs`)."""
-    return NumberOutputs(symbolic_shape_expressions)
-
-
-def outputs_as_numbers(
-    outputs: Sequence[Any], positions: Tuple[int, ...], inputs: Sequence[Any] = ()
-) -> List[Any]:
-    """``outputs`` with the rank-0 tensors at ``positions`` as Python numbers, as
-    eager PyTorch returns them; ``inputs`` are the engine's inputs for this call,
-    from whose shapes :class:`NumberOutputs` computes the numbers it can."""
-    if not isinstance(positions, NumberOutputs):
-        positions = NumberOutputs(
-            {"outputs": [{"is_scalar": i in positions} for i in range(len(outputs))]}
-        )
-    return positions.returned(outputs, inputs)

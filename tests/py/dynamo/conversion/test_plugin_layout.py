@@ -31,6 +31,7 @@ from torch_tensorrt.dynamo.conversion._functionalized_op import (
 from torch_tensorrt.dynamo.conversion._TRTInterpreter import TRTInterpreter
 from torch_tensorrt.dynamo.conversion.plugins._plugin_call import add_plugin_for_op
 from torch_tensorrt.dynamo.conversion.plugins._plugin_layout import PluginLayout
+from torch_tensorrt.dynamo.lowering._state_plan import STATE_PLAN
 
 # after torch_tensorrt, which makes `tensorrt` name TensorRT-RTX in the RTX flavour
 import tensorrt as trt  # isort: skip
@@ -412,6 +413,28 @@ class TestPluginGlue(TestCase):
             ["plugin output 0", "plugin output 1", "plugin output 2"],
         )
 
+    def _planned(self, graph, declared=True):
+        """``graph`` with the state plan's rows, as the converter meets it; the
+        op's converter declares ``requires_aliased_plugin_io`` when ``declared``."""
+        from torch_tensorrt.dynamo.conversion._ConverterRegistry import (
+            DYNAMO_CONVERTERS,
+        )
+        from torch_tensorrt.dynamo.lowering._state_plan import plan_state_updates
+
+        for placeholder in graph.find_nodes(op="placeholder"):
+            placeholder.meta["val"] = torch.empty(2, 4)
+        gm = torch.fx.GraphModule(torch.nn.Module(), graph)
+        flags = {"requires_aliased_plugin_io": declared}
+        with unittest.mock.patch.object(
+            DYNAMO_CONVERTERS, "get", return_value=(None, None, flags)
+        ):
+            plan_state_updates(gm)
+        return gm
+
+    @staticmethod
+    def _write_back(graph, state, value):
+        graph.call_function(torch.ops.aten.copy_.default, (state, value))
+
     def _node(self, extra_reader=False, keep_new_state=True):
         """FX graph of the functional call, as the converter sees it."""
         from torch_tensorrt.dynamo.conversion._functionalized_op import (
@@ -425,15 +448,17 @@ class TestPluginGlue(TestCase):
             (state, x, count),
         )
         outputs = [graph.call_function(operator.getitem, (call, i)) for i in range(3)]
-        returned = outputs if keep_new_state else outputs[:1]
+        if keep_new_state:
+            self._write_back(graph, state, outputs[1])
+            self._write_back(graph, count, outputs[2])
+        returned = outputs[:1]
         if extra_reader:
-            returned = returned + [
-                graph.call_function(torch.ops.aten.neg.default, (state,))
-            ]
+            returned.append(graph.call_function(torch.ops.aten.neg.default, (state,)))
         graph.output(tuple(returned))
+        self._planned(graph)
         return call
 
-    def _chained_node(self):
+    def _chained_node(self, declared=True):
         """A second in-place call on the new values of the first, as the converter sees it."""
         from torch_tensorrt.dynamo.conversion._functionalized_op import (
             FunctionalizedOp,
@@ -447,9 +472,11 @@ class TestPluginGlue(TestCase):
             graph.call_function(operator.getitem, (first, i)) for i in (1, 2)
         )
         second = graph.call_function(op, (new_state, x, new_count))
-        graph.output(
-            tuple(graph.call_function(operator.getitem, (second, i)) for i in range(3))
-        )
+        outputs = [graph.call_function(operator.getitem, (second, i)) for i in range(3)]
+        self._write_back(graph, state, outputs[1])
+        self._write_back(graph, count, outputs[2])
+        graph.output((outputs[0],))
+        self._planned(graph, declared)
         return second
 
     def _recorded(
@@ -487,7 +514,7 @@ class TestPluginGlue(TestCase):
                 (trt.float32, a) for a in aliased
             ],
         )
-        record_in_place_outputs(ctx, node, args, {}, outputs)
+        record_in_place_outputs(ctx, node, outputs)
         return [
             (a.output_tensor.name, a.input_binding_name, a.kind.value)
             for a in ctx.aliased_outputs
@@ -503,58 +530,39 @@ class TestPluginGlue(TestCase):
         )
 
     def test_other_readers_or_unread_new_values_keep_the_copy_back(self):
-        with self.assertLogs("torch_tensorrt.dynamo.conversion", "WARNING") as logs:
-            recorded = self._recorded(self._node(extra_reader=True))
-        self.assertEqual(recorded, [("plugin output 2", "count", "user")])
-        self.assertIn(
-            "trt_layout.update_and_read.default: argument 'state' (state) is not "
-            "updated in place: engine input 'state' has other readers (neg_default)",
-            logs.output[0],
-        )
-        # new values nobody reads are not engine outputs: nothing to bind
+        # the plan copies a state something else reads: its row says so
+        node = self._node(extra_reader=True)
+        self.assertEqual(self._recorded(node), [("plugin output 2", "count", "user")])
+        state = node.args[0]
+        self.assertIn("also read by neg_default", state.meta[STATE_PLAN].reason)
+        # new values not written back are no state's: nothing to bind
         self.assertEqual(self._recorded(self._node(keep_new_state=False)), [])
 
     def test_chained_in_place_plugins_update_the_first_ones_input(self):
-        from torch_tensorrt.dynamo.conversion._ConverterRegistry import (
-            DYNAMO_CONVERTERS,
-        )
-
         i = self.inputs
         # the first plugin's new values, as the second plugin's converter gets them
         first_state = self.net.add_identity(i["state"]).get_output(0)
         first_count = self.net.add_identity(i["count"]).get_output(0)
         args = (first_state, i["x"], first_count)
-        declared = (None, None, {"requires_aliased_plugin_io": True})
-        with unittest.mock.patch.object(
-            DYNAMO_CONVERTERS, "get", return_value=declared
-        ):
-            recorded = self._recorded(self._chained_node(), args=args)
         self.assertEqual(
-            recorded,
+            self._recorded(self._chained_node(), args=args),
             [
                 ("plugin output 1", "state", "user"),
                 ("plugin output 2", "count", "user"),
             ],
         )
-        # without the first plugin updating in place there is no chain to follow
-        self.assertEqual(self._recorded(self._chained_node(), args=args), [])
-
-    def test_a_state_updated_again_in_the_engine_is_not_bound(self):
-        from torch_tensorrt.dynamo.conversion._ConverterRegistry import (
-            DYNAMO_CONVERTERS,
+        # without the first plugin updating in place the plan copies them
+        self.assertEqual(
+            self._recorded(self._chained_node(declared=False), args=args), []
         )
 
-        # the first call's new values are engine outputs *and* updated again:
-        # bound to the inputs, the final values' write-back would overwrite them
+    def test_a_state_updated_again_in_the_engine_is_not_bound(self):
+        # the first call's new values are updated again: the plan names the
+        # second call's as the states' new values, and the first call binds none
         second = self._chained_node()
         first = second.args[0].args[0]
-        output = next(n for n in second.graph.nodes if n.op == "output")
-        output.args = ((*output.args[0], second.args[0], second.args[2]),)
-        declared = (None, None, {"requires_aliased_plugin_io": True})
-        with unittest.mock.patch.object(
-            DYNAMO_CONVERTERS, "get", return_value=declared
-        ):
-            self.assertEqual(self._recorded(first), [])
+        self.assertEqual(self._recorded(first), [])
+        self.assertEqual(len(self._recorded(second)), 2)
 
     def test_outputs_that_cannot_alias_their_input_are_rejected(self):
         f32, f16 = trt.float32, trt.float16

@@ -11,21 +11,26 @@ programs, and generated ones, run with real engines on a GPU
 (``tools/fuzz/state_programs.py``).
 """
 
+import dataclasses
+import importlib
 import json
 import logging
 import tempfile
 import unittest
+from unittest import mock
 
 import torch
 import torch_tensorrt
 from test_compile_with_stand_in_engines import engines_built_execution_stood_in
 from test_lower_auto_functionalized import CPU_BUILDER, _clone
+from test_serialized_engine_alias_map import KvWrite
 from torch.testing._internal.common_utils import TestCase, run_tests
 from torch_tensorrt.dynamo.lowering._state_plan import (
     COPY,
     IN_PLACE,
+    STATE_PLAN,
     StateUpdate,
-    check_engines_against_state_plan,
+    check_engine_against_state_plan,
     state_plan,
 )
 
@@ -313,36 +318,62 @@ class TestUpstreamsFunctionalCacheContract(TestCase):
         self.assertEqual(_standalone_map(FunctionalIndexCopy(), args), [])
 
 
-class TestTheEngineCheckedAgainstThePlan(TestCase):
-    def test_an_alias_the_plan_did_not_make_is_a_bug(self):
-        plan = {
-            "cache": StateUpdate("cache", COPY, "why", "float32"),
-            "kv": StateUpdate("kv", IN_PLACE, "why", "float16", "write"),
-        }
-        check_engines_against_state_plan({"kv"}, plan)
-        with self.assertRaisesRegex(
-            RuntimeError, r"writes input\(s\) \['cache'\] in place"
-        ):
-            check_engines_against_state_plan({"kv", "cache"}, plan)
-        # a view's binding stands for its state
-        check_engines_against_state_plan(
-            {"kv_view"}, plan, binding_of={"kv": "kv_view"}
-        )
+def _engine_module(rows):
+    """A graph whose placeholders carry ``rows`` (name -> StateUpdate or None)."""
+    graph = torch.fx.Graph()
+    for name, row in rows.items():
+        placeholder = graph.placeholder(name)
+        placeholder.meta["val"] = torch.empty(1)
+        if row is not None:
+            placeholder.meta[STATE_PLAN] = row
+    graph.output(None)
+    return torch.fx.GraphModule(torch.nn.Module(), graph)
 
-    def test_a_planned_state_no_engine_aliased_is_named(self):
-        plan = {"kv": StateUpdate("kv", IN_PLACE, "why", "float16", "write")}
-        with self.assertLogs(
-            "torch_tensorrt.dynamo.lowering._state_plan", "WARNING"
-        ) as logs:
-            check_engines_against_state_plan(set(), plan)
-        self.assertIn("State kv", logs.output[0])
-        # no engine was built: nothing to compare
-        check_engines_against_state_plan(set(), plan, engines_built=False)
+
+class TestTheEngineCheckedAgainstThePlan(TestCase):
+    ROWS = {
+        "cache": StateUpdate("cache", COPY, "it is also read by sum", "float32"),
+        "kv": StateUpdate("kv", IN_PLACE, "a slab", "float16", "write"),
+        "s": StateUpdate("s", IN_PLACE, "its op", "float32", "w", by_its_op=True),
+        "x": None,
+    }
+
+    def _check(self, aliased_io):
+        module = _engine_module(self.ROWS)
+        check_engine_against_state_plan(module, list(self.ROWS), aliased_io)
+
+    def test_aliases_the_plan_made(self):
+        self._check({})
+        self._check({"o1": ("kv", "kv_cache_update"), "o2": ("s", "user")})
+        # a converter of its own on the layer: TensorRT reports the alias
+        self._check({"o2": ("s", "kv_cache_update")})
+
+    def test_an_alias_the_plan_did_not_make_is_a_bug(self):
+        cases = [
+            (
+                {"o1": ("cache", "kv_cache_update")},
+                "'cache' (output 'o1'; planned: it is also read by sum)",
+            ),
+            ({"o1": ("x", "kv_cache_update")}, "'x' (output 'o1'; it is no state)"),
+            ({"o1": ("kv", "user")}, "'kv' (output 'o1', a converter's alias"),
+        ]
+        for aliased_io, named in cases:
+            with self.subTest(aliased_io=aliased_io):
+                with self.assertRaises(RuntimeError) as raised:
+                    self._check(aliased_io)
+                message = str(raised.exception)
+                self.assertTrue(
+                    message.startswith(
+                        "The engine writes in place what the state plan copies back: "
+                    ),
+                    message,
+                )
+                self.assertIn(named, message)
 
     def test_a_state_its_ops_converter_writes_in_place(self):
         """The converter of a mutating op (#4240: ``-> None``) that computes the
         state in its memory: the plan puts it in place, so the layer's alias a GPU
-        engine reports (or a plugin's, which it does not) agrees with the plan."""
+        engine reports, or the converter's ``user`` record, agrees with the plan."""
         from test_lower_auto_functionalized import _lowered
         from test_mutating_op_converters import WriteRows, _inputs
 
@@ -352,11 +383,104 @@ class TestTheEngineCheckedAgainstThePlan(TestCase):
             (plan["cache"].update, plan["cache"].by_its_op), (IN_PLACE, True)
         )
         self.assertIn("trt_mut.write_rows_", plan["cache"].reason)
-        for reported in ({"cache"}, set()):
-            with self.assertNoLogs(
-                "torch_tensorrt.dynamo.lowering._state_plan", "WARNING"
-            ):
-                check_engines_against_state_plan(reported, plan)
+        names = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
+        for kind in ("kv_cache_update", "user"):
+            check_engine_against_state_plan(gm, names, {"o": ("cache", kind)})
+
+
+def _every_state_filed_as_copy(plan_state_updates):
+    """``plan_state_updates``, its writes still made in place but its rows copies:
+    a stage doing other than the plan says."""
+
+    def plan(gm):
+        result = plan_state_updates(gm)
+        for node in gm.graph.nodes:
+            if STATE_PLAN in node.meta:
+                node.meta[STATE_PLAN] = dataclasses.replace(
+                    node.meta[STATE_PLAN], update=COPY, reason="filed as a copy"
+                )
+        return result
+
+    return plan
+
+
+@unittest.skipIf(not CPU_BUILDER, CPU_ONLY)
+class TestEveryEngineCheckedWhereItIsBuilt(TestCase):
+    """The check runs where every entry point converts (``interpret_module_to_result``):
+    an engine writing in place what its rows copy is refused by ``compile()``,
+    whose engines are partitioned submodules (a state in the layer's form is a
+    view there), and by a standalone engine."""
+
+    MODELS = [
+        (KvWrite, lambda: (torch.zeros(1, 4, 16, 8), torch.randn(1, 4, 2, 8))),
+        (RowsWrite, lambda: _args("rows")),
+    ]
+
+    def _entry_points(self, model, args):
+        ep = torch.export.export(model(), _clone(args))
+
+        def compiled():
+            with engines_built_execution_stood_in():
+                torch_tensorrt.dynamo.compile(
+                    ep, arg_inputs=list(_clone(args)), min_block_size=1
+                )
+
+        def standalone():
+            torch_tensorrt.dynamo.convert_exported_program_to_serialized_trt_engine(
+                ep, arg_inputs=list(_clone(args)), min_block_size=1
+            )
+
+        return {"compile": compiled, "standalone": standalone}
+
+    def test_an_engine_against_its_rows_is_refused(self):
+        # the package exports the pass under its module's name: the module itself
+        view_pass = importlib.import_module(
+            "torch_tensorrt.dynamo.lowering.passes.view_state_writes_in_kv_cache_form"
+        )
+
+        for model, args in self.MODELS:
+            for entry, run in self._entry_points(model, args()).items():
+                with self.subTest(model=model.__name__, entry=entry):
+                    run()  # the plan's own rows: the engine agrees
+                    tampered = _every_state_filed_as_copy(view_pass.plan_state_updates)
+                    with mock.patch.object(view_pass, "plan_state_updates", tampered):
+                        with self.assertRaisesRegex(
+                            RuntimeError,
+                            r"writes in place what the state plan copies back: "
+                            r"'\w+' \(output '\w+'; planned: filed as a copy\)",
+                        ):
+                            run()
+
+
+@unittest.skipIf(not CPU_BUILDER, CPU_ONLY)
+class TestAnInPlaceConvertersAliasIsThePlans(TestCase):
+    """A converter declaring ``requires_aliased_plugin_io`` gets its ``user`` alias
+    recorded from its state's row, in ``compile()``'s partitioned engine (the row
+    travels with the placeholder) and in a standalone engine, under both values
+    of ``require_full_compilation``."""
+
+    def test_recorded_from_the_row(self):
+        from test_mutating_op_converters import WriteRows, _inputs
+
+        ep = torch.export.export(WriteRows(), _inputs())
+        for full in (True, False):
+            with self.subTest(require_full_compilation=full):
+                with engines_built_execution_stood_in():
+                    trt = torch_tensorrt.dynamo.compile(
+                        ep,
+                        arg_inputs=list(_inputs()),
+                        min_block_size=1,
+                        require_full_compilation=full,
+                    )
+                aliased = [
+                    m.aliased_io for n, m in trt.named_children() if "_run_on_acc" in n
+                ]
+                self.assertEqual(aliased, [{"output0": ("cache", "user")}])
+        (entry,) = _standalone_map(WriteRows(), _inputs())
+        self.assertEqual(
+            (entry["input"], entry["update"], entry["binding"]),
+            ("cache", IN_PLACE, "declared_alias"),
+        )
 
 
 if __name__ == "__main__":

@@ -126,7 +126,6 @@ class TestWhatStaysAsItIs(TestCase):
     def test_reasons(self):
         state, new = torch.zeros(2, 16, 8), torch.randn(2, 2, 8)
         cases = [
-            (FunctionalWrite(), (state, new), "is not written back into"),
             (StridedWrite(), (state, new), "a slice with step 2"),
             (ReadBefore(), (state, new), "also read by"),
             (
@@ -149,6 +148,14 @@ class TestWhatStaysAsItIs(TestCase):
                 plan, why = _plan_reason(module, args)
                 self.assertIsNone(plan)
                 self.assertIn(reason, why)
+
+    def test_a_functional_write_is_no_state_update(self):
+        # its result is a new tensor: the input keeps its value, no plan is made
+        gm = _lowered(FunctionalWrite(), (torch.zeros(2, 16, 8), torch.randn(2, 2, 8)))
+        (write,) = _writes(gm)
+        self.assertNotIn(KV_STATE_WRITE, write.meta)
+        if STATE_PLAN:
+            self.assertEqual(_state_plan.state_plan(gm), {})
 
     def test_a_plan_for_a_state_update(self):
         plan, reason = _plan_reason(

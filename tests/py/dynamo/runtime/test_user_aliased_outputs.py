@@ -5,9 +5,6 @@ the graph's own outputs are engine side effects; one the graph returns is not.
 """
 
 from torch.testing._internal.common_utils import TestCase, run_tests
-from torch_tensorrt.dynamo.lowering._buffer_lifting import (
-    aliased_input_bindings,
-)
 from torch_tensorrt.dynamo.runtime._TorchTensorRTModule import (
     graph_output_count,
     user_output_count,
@@ -47,15 +44,6 @@ class TestUserOutputCount(TestCase):
         self.assertEqual(graph_output_count(exprs), 3)
         self.assertIsNone(graph_output_count(None))
         self.assertIsNone(graph_output_count({"inputs": []}))
-
-
-class TestAliasedInputBindings(TestCase):
-    def test_user_aliases_are_not_kv_writes(self):
-        maps = [
-            {"o1": ("buf_cache", "kv_cache_update"), "o2": ("buf_state", "user")},
-            {"o3": "buf_other"},
-        ]
-        self.assertEqual(aliased_input_bindings(maps), {"buf_cache", "buf_other"})
 
 
 class TestUserAliasesTravel(TestCase):

@@ -44,7 +44,7 @@ from torch_tensorrt.dynamo.conversion.impl._kv_cache_layer import (
     STATE_VIEW,
 )
 from torch_tensorrt.dynamo.lowering._kv_state_writes import KVStateWrite, kv_layer_view
-from torch_tensorrt.dynamo.lowering._state_plan import plan_state_updates
+from torch_tensorrt.dynamo.lowering._state_plan import STATE_PLAN, plan_state_updates
 from torch_tensorrt.dynamo.lowering.passes.pass_utils import (
     clean_up_graph_after_modifications,
 )
@@ -131,6 +131,8 @@ def _rewrite(gm: torch.fx.GraphModule, plan: KVStateWrite) -> None:
                 "shape": list(shape_args),
                 "view": list(plan.view),
             }
+            # the engine's input in compile(): it stands for its state
+            state.meta[STATE_PLAN] = plan.cache.meta[STATE_PLAN]
             values = _call(
                 graph,
                 torch.ops.aten.reshape.default,
@@ -199,19 +201,6 @@ def view_state_writes_in_kv_cache_form(
         gm = clean_up_graph_after_modifications(gm)
         logger.debug(f"Graph after viewing state writes in KV-cache form:\n{gm.graph}")
     return gm
-
-
-def viewed_states(gm: torch.fx.GraphModule) -> Dict[str, str]:
-    """The state each view in the layer's form is of, by the view's name.
-
-    Under ``compile()`` such a view is the engine's input (its binding is the
-    view's name), bound to the state's own memory.
-    """
-    return {
-        node.name: node.meta[STATE_VIEW]["state"]
-        for node in gm.graph.nodes
-        if node.meta.get(STATE_VIEW, {}).get("role") == "input"
-    }
 
 
 def _viewed_shape(shape: Sequence[int], axis: int) -> Tuple[int, ...]:
