@@ -5,17 +5,18 @@
 converters, validators and support flags. Convention: the op's converter returns
 the op's returns, then the new value of each mutated argument in schema order; a
 converter that computes them in the arguments' memory (an in-place plugin)
-declares ``requires_aliased_plugin_io=True`` (see :func:`in_place_writer`).
+declares ``requires_aliased_plugin_io=True``; where that happens in place is the
+state plan's decision (``lowering/_state_plan.py``).
 """
 
 from __future__ import annotations
 
 import logging
 import operator
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Sequence, Tuple
 
 import torch
-from torch_tensorrt.dynamo.utils import is_write_back
+from torch_tensorrt.dynamo.utils import is_write_back  # noqa: F401 (imported from here)
 
 logger = logging.getLogger(__name__)
 
@@ -143,15 +144,6 @@ class FunctionalizedOp:
         return convert_functionalized
 
 
-def other_readers(state: torch.fx.Node, writer: torch.fx.Node) -> List[str]:
-    """Nodes besides ``writer`` (and write-backs) that read ``state``.
-
-    An in-place plugin updates its aliased input in place only when that input
-    has no other reader; otherwise TensorRT inserts a copy before the plugin.
-    """
-    return [u.name for u in state.users if u is not writer and not is_write_back(u)]
-
-
 def mutated_values(node: torch.fx.Node) -> Dict[str, Any]:
     """The values a :class:`FunctionalizedOp` call passes for its mutated arguments."""
     target = node.target
@@ -170,55 +162,6 @@ def updates_in_place(node: torch.fx.Node) -> bool:
     return converter is not None and bool(
         converter[2].get("requires_aliased_plugin_io")
     )
-
-
-def in_place_writer(state: torch.fx.Node) -> Optional[torch.fx.Node]:
-    """The node whose converter updates ``state`` in place in TensorRT, if any.
-
-    That is a :class:`FunctionalizedOp` call taking ``state`` itself (not a view)
-    as a mutated argument, whose converter declares ``requires_aliased_plugin_io``
-    (an in-place plugin), and that is ``state``'s only reader: TensorRT then
-    passes the plugin the memory of ``state`` for its aliased output, so when
-    ``state`` is a network input the caller's tensor is written.
-    """
-    for user in _mutators(state):
-        if not other_readers(state, user) and updates_in_place(user):
-            return user
-    return None
-
-
-def _mutators(value: torch.fx.Node) -> List[torch.fx.Node]:
-    """The :class:`FunctionalizedOp` calls that take ``value`` as a mutated argument."""
-    return [
-        user
-        for user in value.users
-        if isinstance(user.target, FunctionalizedOp)
-        and any(v is value for v in mutated_values(user).values())
-    ]
-
-
-def in_place_source(value: Any) -> Optional[torch.fx.Node]:
-    """The tensor whose memory TensorRT computes ``value`` in, if in place.
-
-    ``value`` is the new value of an argument that an in-place plugin updates
-    (see :func:`in_place_writer`); chains of such plugins, each the only reader
-    of the previous one's new value, are followed back to the tensor the first
-    one updates. ``None`` when ``value`` is not computed in place.
-    """
-    source = None
-    while isinstance(value, torch.fx.Node) and value.target is operator.getitem:
-        call, index = value.args
-        target = call.target
-        if not isinstance(target, FunctionalizedOp) or index < target.num_returns:
-            break
-        argument = mutated_values(call)[target.mutated[index - target.num_returns]]
-        if (
-            not isinstance(argument, torch.fx.Node)
-            or in_place_writer(argument) is not call
-        ):
-            break
-        source = value = argument
-    return source
 
 
 def record_in_place_outputs(

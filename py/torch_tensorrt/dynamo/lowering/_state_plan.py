@@ -35,9 +35,8 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 import torch
 from torch_tensorrt.dynamo.conversion._functionalized_op import (
     FunctionalizedOp,
-    in_place_source,
     is_write_back,
-    other_readers,
+    mutated_values,
     updates_in_place,
 )
 from torch_tensorrt.dynamo.lowering._kv_state_writes import (
@@ -101,6 +100,64 @@ def state_new_values(
     return states
 
 
+def other_readers(state: torch.fx.Node, writer: torch.fx.Node) -> List[str]:
+    """Nodes besides ``writer`` (and write-backs) that read ``state``.
+
+    An in-place plugin updates its aliased input in place only when that input
+    has no other reader; otherwise TensorRT inserts a copy before the plugin.
+    """
+    return [u.name for u in state.users if u is not writer and not is_write_back(u)]
+
+
+def in_place_writer(state: torch.fx.Node) -> Optional[torch.fx.Node]:
+    """The node whose converter updates ``state`` in place in TensorRT, if any.
+
+    That is a :class:`FunctionalizedOp` call taking ``state`` itself (not a view)
+    as a mutated argument, whose converter declares ``requires_aliased_plugin_io``
+    (an in-place plugin), and that is ``state``'s only reader: TensorRT then
+    passes the plugin the memory of ``state`` for its aliased output, so when
+    ``state`` is a network input the caller's tensor is written.
+    """
+    for user in _mutators(state):
+        if not other_readers(state, user) and updates_in_place(user):
+            return user
+    return None
+
+
+def _mutators(value: torch.fx.Node) -> List[torch.fx.Node]:
+    """The :class:`FunctionalizedOp` calls that take ``value`` as a mutated argument."""
+    return [
+        user
+        for user in value.users
+        if isinstance(user.target, FunctionalizedOp)
+        and any(v is value for v in mutated_values(user).values())
+    ]
+
+
+def in_place_source(value: Any) -> Optional[torch.fx.Node]:
+    """The tensor whose memory TensorRT computes ``value`` in, if in place.
+
+    ``value`` is the new value of an argument that an in-place plugin updates
+    (see :func:`in_place_writer`); chains of such plugins, each the only reader
+    of the previous one's new value, are followed back to the tensor the first
+    one updates. ``None`` when ``value`` is not computed in place.
+    """
+    source = None
+    while isinstance(value, torch.fx.Node) and value.target is operator.getitem:
+        call, index = value.args
+        target = call.target
+        if not isinstance(target, FunctionalizedOp) or index < target.num_returns:
+            break
+        argument = mutated_values(call)[target.mutated[index - target.num_returns]]
+        if (
+            not isinstance(argument, torch.fx.Node)
+            or in_place_writer(argument) is not call
+        ):
+            break
+        source = value = argument
+    return source
+
+
 def _dtype_name(node: torch.fx.Node) -> str:
     val = node.meta.get("val")
     dtype = getattr(val, "dtype", None)
@@ -144,6 +201,14 @@ def _plan_one(
             )
         else:
             why = "it is given a copy or a view of the state, not the state itself"
+        if updates_in_place(call):
+            # its converter would write it in place: say once why it does not
+            logger.warning(
+                "%s: state '%s' is copied back, not updated in place: %s",
+                call.target.op,
+                state.name,
+                f"it has other readers ({', '.join(readers)})" if readers else why,
+            )
         return copy(f"{call.target.op} writes it, and {why}")
     if not (value.op == "call_function" and value.args and value.args[0] is state):
         return copy(

@@ -27,11 +27,8 @@ import operator
 from typing import Any, Dict, List, Optional, Set
 
 import torch
-from torch_tensorrt.dynamo.conversion._functionalized_op import (
-    in_place_writer,
-    is_write_back,
-)
-from torch_tensorrt.dynamo.lowering._state_plan import STATE_PLAN
+from torch_tensorrt.dynamo.conversion._functionalized_op import is_write_back
+from torch_tensorrt.dynamo.lowering._state_plan import STATE_PLAN, in_place_writer
 
 logger = logging.getLogger(__name__)
 
