@@ -52,12 +52,16 @@ if HAVE_QDP:
     from torch_tensorrt.dynamo.conversion._ConverterRegistry import (
         DYNAMO_CONVERTERS,
     )
-    from torch_tensorrt.dynamo.conversion._functionalized_op import FunctionalizedOp
+    from torch_tensorrt.dynamo.conversion._functionalized_op import (
+        FunctionalizedOp,
+        mutated_values,
+    )
     from torch_tensorrt.dynamo.conversion.plugins import generate_plugin_converter
     from torch_tensorrt.dynamo.conversion.plugins._plugin_call import (
         qdp_output_descs,
         scalar_attributes_unsupported,
     )
+    from torch_tensorrt.dynamo.lowering._state_plan import plan_state_updates
 
     class StandInTensor(trt.ITensor):
         """A ``trt.ITensor`` instance for QDP's isinstance checks: name, dtype, shape only.
@@ -403,7 +407,8 @@ if HAVE_QDP:
 def _functional_call(op, placeholders, kwargs=None):
     """FX graph of one call of a (functionalized) op, as its converter sees it.
 
-    Every result of the call is a graph output (so new values are read).
+    Every result of the call is a graph output (so new values are read), and
+    each new value of a mutated argument is written back into it.
     """
     graph = torch.fx.Graph()
     nodes = [graph.placeholder(name) for name, _ in placeholders]
@@ -418,9 +423,16 @@ def _functional_call(op, placeholders, kwargs=None):
         call.meta["val"] = target(*(n.meta["val"] for n in nodes), **(kwargs or {}))
     if isinstance(call.meta["val"], tuple):
         n = len(call.meta["val"])
-        graph.output(
-            tuple(graph.call_function(operator.getitem, (call, i)) for i in range(n))
-        )
+        results = [graph.call_function(operator.getitem, (call, i)) for i in range(n)]
+        if mutating:
+            # each new value written back into its argument, and the state plan's
+            # rows on the placeholders: the in-place record reads them
+            for k, state in enumerate(mutated_values(call).values()):
+                value = results[target.num_returns + k]
+                graph.call_function(torch.ops.aten.copy_.default, (state, value))
+        graph.output(tuple(results))
+        if mutating:
+            plan_state_updates(torch.fx.GraphModule(torch.nn.Module(), graph))
     else:
         graph.output(call)
     return call
