@@ -4,6 +4,7 @@ input, what it got and what to pass, in one sentence (a string, a list, an
 array where a tensor goes; a tensor of another dtype or static shape; too many
 or too few arguments)."""
 
+import types
 import unittest
 
 import numpy as np
@@ -15,6 +16,7 @@ from torch_tensorrt.dynamo.runtime._call_arguments import (
     check_scalar_argument,
     wrong_argument,
 )
+from torch_tensorrt.dynamo.runtime._TRTEngine import TRTEngine, _InputBindingInfo
 
 NOT_NUMBERS = {
     "a str": "cache",
@@ -96,9 +98,71 @@ class TestWrongTensors(TestCase):
         self.assertIsNone(wrong_argument("e", BINDINGS, _args(x=torch.zeros(1)), None))
 
 
+class ProfileContext:
+    """Stand-in for ``IExecutionContext``: takes only the shapes of a profile."""
+
+    def __init__(self, low, high):
+        self.low, self.high = low, high
+
+    def set_input_shape(self, name, shape):
+        return all(lo <= n <= hi for lo, n, hi in zip(self.low, shape, self.high))
+
+    def set_tensor_address(self, name, address):
+        return True
+
+
+class TestShapeTheEngineRefuses(TestCase):
+    """The Python runtime stops at a shape TensorRT refuses; the engine would
+    read the shape it last took out of the tensor (stand-in context and
+    engine: TensorRT's own refusal runs in ``TestCompiledModuleCall``)."""
+
+    def _engine(self, low, high):
+        engine = types.SimpleNamespace(
+            name="e",
+            _input_binding_infos=[_InputBindingInfo("x", torch.float32, False, False)],
+            _bound_addresses=[],
+            _empty_tensor_placeholder=None,
+            _input_buffers=[None],
+            _active_profile_index=0,
+            shape_key=((2, 4),),
+            context=ProfileContext(low, high),
+            cuda_engine=types.SimpleNamespace(
+                get_tensor_profile_shape=lambda name, profile: (low, low, high)
+            ),
+        )
+        engine._shape_refused = types.MethodType(TRTEngine._shape_refused, engine)
+        return engine
+
+    def test_a_shape_outside_the_profile_is_named(self):
+        for low, high, shape in (((2, 4), (2, 4), (3, 4)), ((1, 4), (8, 4), (9, 4))):
+            with self.subTest(shape=shape):
+                engine = self._engine(low, high)
+                with self.assertRaisesRegex(
+                    RuntimeError,
+                    rf"^Input 'x' of TensorRT engine 'e' has shape \[{shape[0]}, 4\], "
+                    rf"outside the engine's profile \(min \[{low[0]}, 4\], max "
+                    rf"\[{high[0]}, 4\]\): pass a tensor of a shape within it$",
+                ):
+                    TRTEngine.setup_input_tensors(
+                        engine, [torch.zeros(shape)], False, False, False
+                    )
+                self.assertIsNone(engine.shape_key)
+
+    def test_a_shape_inside_it_is_bound(self):
+        engine = self._engine((1, 4), (8, 4))
+        x = torch.zeros(5, 4)
+        TRTEngine.setup_input_tensors(engine, [x], False, False, False)
+        self.assertIs(engine._bound_inputs_by_name["x"], x)
+
+
 class AddScaled(torch.nn.Module):
     def forward(self, x, y):
         return x * 2 + y
+
+
+class Doubled(torch.nn.Module):
+    def forward(self, x):
+        return x * 2
 
 
 @unittest.skipIf(not torch.cuda.is_available(), "Running an engine needs a CUDA device")
@@ -126,6 +190,25 @@ class TestCompiledModuleCall(TestCase):
             with self.subTest(kind):
                 with self.assertRaisesRegex(TypeError, rf"argument 1\) .* is {kind};"):
                     engine(x, value)
+
+        torch.testing.assert_close(trt(x, y), x * 2 + y)
+
+    def test_a_shape_outside_the_profile_is_named(self):
+        rows = torch_tensorrt.Input(
+            min_shape=(1, 4), opt_shape=(2, 4), max_shape=(4, 4), dtype=torch.float32
+        )
+        trt = torch_tensorrt.compile(
+            Doubled().eval().cuda(), ir="dynamo", inputs=[rows], min_block_size=1
+        )
+        x = torch.randn(3, 4).cuda()
+        torch.testing.assert_close(trt(x), x * 2)
+        with self.assertRaisesRegex(
+            RuntimeError,
+            r"^Input 'x' of TensorRT engine .* has shape \[5, 4\], outside the "
+            r"engine's profile \(min \[1, 4\], max \[4, 4\]\)",
+        ):
+            trt(torch.randn(5, 4).cuda())
+        torch.testing.assert_close(trt(x), x * 2)
 
 
 if __name__ == "__main__":
