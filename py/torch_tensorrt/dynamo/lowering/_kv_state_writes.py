@@ -47,14 +47,11 @@ _WRITE_OPS = (
 )
 
 
-def kv_write_is_final(node: Optional[torch.fx.Node]) -> Tuple[bool, str]:
+def kv_write_is_final(node: torch.fx.Node) -> Tuple[bool, str]:
     """Whether the write ``node`` makes is the last one of its state in the graph.
 
-    ``node`` is the write being converted (``ctx.current_node``; None outside a
-    graph, then nothing is known against it). Returns ``(final, reason)``.
+    Returns ``(final, reason)``.
     """
-    if node is None:
-        return True, "no graph node"
     for user in node.users:
         rewrites = user.op == "call_function" and user.target in _WRITE_OPS
         if rewrites and user.args and user.args[0] is node:
@@ -162,24 +159,18 @@ def _reads_values(node: torch.fx.Node, through: torch.fx.Node) -> bool:
 
 
 def kv_cache_has_no_other_reader(
-    write: Optional[torch.fx.Node], cache: Optional[torch.fx.Node] = None
+    write: torch.fx.Node, cache: torch.fx.Node
 ) -> Tuple[bool, str]:
     """Whether the write ``write`` is the only node reading its cache's values.
 
     The layer writes its cache input in place, and TensorRT does not order
     another layer reading that input before the write: a read of the old state
     in the same engine (``old = cache.sum(dim=2); cache[:, :, 3:4] = u``) saw
-    the new values (measured with TensorRT-RTX 1.6.1). ``cache`` defaults to
-    ``write.args[0]``; a clone of it that is the write's cache counts as the
-    write. Returns ``(sole_reader, reason)``.
+    the new values (measured with TensorRT-RTX 1.6.1). A clone of ``cache``
+    that is the write's own cache counts as the write. Returns
+    ``(sole_reader, reason)``.
     """
-    if write is None:
-        return True, "no graph node"
-    if cache is None:
-        cache = write.args[0] if write.args else None
-    if not isinstance(cache, torch.fx.Node):
-        return True, "no cache node"
-    own = {write, write.args[0] if write.args else None}
+    own = {write, write.args[0]}
     readers = [
         user.name
         for user in cache.users
@@ -279,14 +270,13 @@ def _slice_write_bounds(
 
 
 def plan_kv_state_write(
-    write: torch.fx.Node,
-    cache: Optional[torch.fx.Node] = None,
+    write: torch.fx.Node, cache: torch.fx.Node
 ) -> Tuple[Optional[KVStateWrite], str]:
     """Whether ``IKVCacheUpdateLayer`` can make the state update ``write`` in place.
 
     ``write`` is a ``slice_scatter`` or ``index_copy`` node that the caller knows
-    to be the state's new value (the state plan); ``cache`` the placeholder it
-    writes (default ``write.args[0]``). The layer can where the write is a
+    to be the state's new value (the state plan); ``cache`` the node it
+    writes. The layer can where the write is a
     contiguous run of positions of a contiguous float32, float16 or bfloat16
     state that is an engine input, the run is along one axis (any rank; the
     state is seen in the layer's form, :func:`kv_layer_view`), and the write is
@@ -300,9 +290,7 @@ def plan_kv_state_write(
         return None, "not a slice or index write"
     if write.meta.get("_trt_no_kv_alias"):
         return None, "the write is marked to stay a scatter (_trt_no_kv_alias)"
-    if cache is None:
-        cache = write.args[0] if isinstance(write.args[0], torch.fx.Node) else None
-    if cache is None or cache.op != "placeholder":
+    if cache.op != "placeholder":
         return None, "the state it writes is not an engine input"
     val = cache.meta.get("val")
     if not isinstance(val, torch.Tensor):

@@ -90,7 +90,7 @@ def _writes(gm):
 def _plan_reason(module, args):
     ep = torch.export.export(module, args)
     (write,) = _writes(ep.run_decompositions(get_decompositions(False)).module())
-    plan, reason = plan_kv_state_write(write)
+    plan, reason = plan_kv_state_write(write, write.args[0])
     return plan, reason
 
 
