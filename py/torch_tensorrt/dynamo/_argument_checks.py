@@ -1,19 +1,15 @@
 """A wrong argument of a public entry point, named in one sentence before anything runs.
 
-Handing ``compile`` an ``nn.Module`` where an ``ExportedProgram`` is expected, or
-``check_alias_map_against_engine`` the engine's bytes or the map's path, ended in
-an ``AttributeError`` deep inside Torch-TensorRT that named neither the function
-nor the argument. :func:`expect` raises a ``TypeError`` whose message is one
-sentence: the function, the argument, what it got, what it expects and what to do.
-The error is raised without a chained cause, so that sentence is what the user
-reads first. :func:`check_inputs_against_program` does the same for example
-inputs that do not match the program: an engine built for a shape or dtype the
-program was not exported with accepts what eager refuses.
+:func:`expect` raises a ``TypeError`` naming the function, the argument, what it
+got, what it expects and what to do; :func:`check_inputs_against_program` raises
+a ``ValueError`` for example inputs the exported program was not exported with.
 """
 
 from __future__ import annotations
 
 from typing import Any, Dict, Optional, Sequence, Tuple, Type, Union
+
+import torch
 
 
 def described(value: Any) -> str:
@@ -51,8 +47,6 @@ def expect(
 
 def expect_exported_program(function: str, exported_program: Any) -> None:
     """The ``exported_program`` argument of a compile entry point."""
-    import torch
-
     expect(
         function,
         "exported_program",
@@ -78,7 +72,6 @@ def check_inputs_against_program(
     dynamic, and calls with ``kwarg_inputs`` or with objects (a cache) that the
     program flattens by its own rules.
     """
-    import torch
     from torch.export.graph_signature import InputKind, TensorArgument
     from torch.utils._pytree import tree_leaves
     from torch_tensorrt._Input import Input

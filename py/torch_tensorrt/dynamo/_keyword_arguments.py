@@ -1,11 +1,6 @@
-"""Reporting of the ``**kwargs`` that the Dynamo compile entry points ignore.
-
-``compile`` and ``convert_exported_program_to_serialized_trt_engine`` take
-``**kwargs`` for deprecated option names. Any other keyword is ignored: an
-option of an older release (``enabled_precisions``, ``ir``), which existing
-callers still pass and which must keep working, but also a misspelled option
-or one of a newer release (e.g. ``alias_map_path``), which then compiles
-without it. Ignoring stays; doing it silently does not.
+"""Warn about the ``**kwargs`` the Dynamo compile entry points ignore: an option of
+an older release (which must keep working), a misspelled one, or one of a newer
+release. They stay ignored, but no longer silently.
 """
 
 from __future__ import annotations
@@ -50,10 +45,6 @@ def warn_ignored_keyword_arguments(
     other keyword gets a ``UserWarning`` naming the function, the keyword and
     the accepted names closest to it; a settings field that ``function`` does
     not apply is logged as a warning.
-
-    Args:
-        function (Callable): The entry point whose ``**kwargs`` these are
-        kwargs (Dict[str, Any]): Its ``**kwargs``
     """
     parameters = set(inspect.signature(function).parameters)
     settings_fields = {f.name for f in fields(CompilationSettings)}

@@ -1,24 +1,21 @@
-"""Functional form of an op that mutates its tensor arguments (#4240).
+"""Functional form of an op that mutates its tensor arguments.
 
 ``lower_auto_functionalized`` rewrites ``auto_functionalized(_v2)`` into calls of
 :class:`FunctionalizedOp`, which the converter registry resolves to the op's own
-converters, validators and support flags. Convention: the op's converter returns
-the op's returns, then the new value of each mutated argument in schema order; a
-converter that computes them in the arguments' memory (an in-place plugin)
-declares ``requires_aliased_plugin_io=True``; where that happens in place is the
-state plan's decision (``lowering/_state_plan.py``).
+converters, validators and support flags. The op's converter returns the op's
+returns, then the new value of each mutated argument in schema order; one that
+computes them in the arguments' memory (an in-place plugin) declares
+``requires_aliased_plugin_io=True``, and ``lowering/_state_plan.py`` decides where
+that happens in place.
 """
 
 from __future__ import annotations
 
-import logging
 import operator
 from typing import Any, Callable, Dict, List, Sequence, Tuple
 
 import torch
 from torch_tensorrt.dynamo.utils import is_write_back  # noqa: F401 (imported from here)
-
-logger = logging.getLogger(__name__)
 
 
 def mutated_arguments(schema: torch.FunctionSchema) -> List[torch.Argument]:
@@ -38,7 +35,7 @@ def arguments(
 
 
 def __getattr__(name: str) -> FunctionalizedOp:
-    """Resolve ``functionalized_<ns>_<op>_<overload>`` (how FX code and pickles name it)."""
+    """Resolve ``functionalized_<ns>_<op>_<overload>`` (as FX code and pickles do)."""
     parts = name.split("_") if name.startswith("functionalized_") else []
     # the op name may contain underscores: try each split into ns / op / overload
     for i in range(2, len(parts) - 1):
@@ -109,7 +106,7 @@ class FunctionalizedOp:
         return (*returns, *(bound.get(name) for name in self.mutated))
 
     def adapt_converter(self, converter: Callable[..., Any]) -> Callable[..., Any]:
-        """Wrap the op's converter: it sees the op as target; its outputs are checked."""
+        """Wrap the op's converter: it sees the op as target; outputs are checked."""
 
         def convert_functionalized(
             ctx: Any, target: Any, args: Any, kwargs: Any, name: str
@@ -167,19 +164,10 @@ def updates_in_place(node: torch.fx.Node) -> bool:
 def record_in_place_outputs(
     ctx: Any, node: torch.fx.Node, outputs: Sequence[Any]
 ) -> None:
-    """Record the new values the converter of ``node`` computes in the memory of
-    engine inputs as #4251 aliased outputs (kind ``user``), which both runtimes
-    bind to the caller's tensor, so the state is updated where it lives.
-
-    The one place that records them, for every converter that declares
-    ``requires_aliased_plugin_io`` (TensorRT does not report plugin aliases
-    itself); it records exactly what the state plan decided: an engine input
-    whose row (``STATE_PLAN``, on its placeholder) puts it in place by its op
-    with the new value this call computes (``write``). The plan's rules (the
-    argument is the state itself or an earlier in-place writer's new value,
-    nothing else reads it, the value is its final one) are not checked again.
-    Any other argument keeps the copy-back path, as its row says.
-    """
+    """Record as ``user`` aliases the new values ``node``'s converter computes in
+    engine inputs' memory: exactly the inputs whose ``STATE_PLAN`` row puts them in
+    place by their op with a value this call computes (``write``); the plan's rules
+    are not checked again."""
     from torch_tensorrt.dynamo.conversion._ConversionContext import (
         AliasedOutput,
         AliasKind,

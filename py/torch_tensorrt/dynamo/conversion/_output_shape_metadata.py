@@ -1,12 +1,9 @@
 """Metadata of graph inputs and outputs for symbolic shape capture.
 
-``extract_symbolic_shape_expressions`` reads ``meta["val"]`` of every input and
-output of the graph it converts. Passes that add nodes after the last
-fake-tensor propagation (e.g. the ``copy_`` write-backs that
-``ExportedProgram.module()`` appends) leave nodes without it. This module
-recovers that metadata where it can and otherwise names the node, its op and
-the graph partition in the error, so the user knows which pass to look at
-(https://github.com/pytorch/TensorRT/issues/4240).
+``extract_symbolic_shape_expressions`` reads ``meta["val"]`` of every graph input
+and output. Nodes added after the last fake-tensor propagation (e.g. the ``copy_``
+write-backs ``ExportedProgram.module()`` appends) lack it: this module derives it
+where it can, else raises an error naming the node, its op and graph partition.
 """
 
 from __future__ import annotations
@@ -24,12 +21,9 @@ logger = logging.getLogger(__name__)
 
 
 def is_none_output(out_arg: Any) -> bool:
-    """Whether a graph output has no value: a literal ``None`` or a node whose
-    ``meta["val"]`` is ``None`` (e.g. an op returning nothing).
-
-    Such an output has no tensor, so the engine has no binding for it: the
-    interpreter does not mark it and ``get_output_dtypes`` gives it no dtype.
-    """
+    """Whether a graph output is a literal ``None`` or a node whose ``meta["val"]``
+    is ``None``. The engine has no binding for it: the interpreter does not mark
+    it and ``get_output_dtypes`` gives it no dtype."""
     if out_arg is None:
         return True
     return (
@@ -44,8 +38,7 @@ SCALAR_TYPES = (torch.SymInt, torch.SymFloat, torch.SymBool, int, float, bool)
 
 
 def flat_outputs(value: Any) -> List[Any]:
-    """The outputs of a graph's output node in order, nested tuples and lists
-    flattened, ``None`` kept in its place."""
+    """Output-node outputs in order, nested tuples/lists flattened, ``None`` kept."""
     if isinstance(value, (tuple, list)):
         return [leaf for v in value for leaf in flat_outputs(v)]
     return [value]
@@ -53,16 +46,14 @@ def flat_outputs(value: Any) -> List[Any]:
 
 def is_scalar_output(out_arg: Any) -> bool:
     """Whether a graph output is a number: a literal (``return y, 12``) or a node
-    whose value is a ``SymInt``, ``SymFloat``, ``SymBool`` or Python number
-    (``return y, y.shape[0]`` with a dynamic dimension)."""
+    whose value is a ``SCALAR_TYPES`` instance (``return y, y.shape[0]``)."""
     if isinstance(out_arg, torch.fx.Node):
         return isinstance(out_arg.meta.get("val"), SCALAR_TYPES)
     return isinstance(out_arg, SCALAR_TYPES)
 
 
 def scalar_output_dtype(value: Any) -> torch.dtype:
-    """The dtype of the rank-0 engine output that carries a number: bool, int64,
-    or float32 (TensorRT has no float64)."""
+    """Engine dtype of a number: bool, int64 or float32 (TensorRT has no float64)."""
     if isinstance(value, (torch.SymBool, bool)):
         return torch.bool
     if isinstance(value, (torch.SymInt, int)):
@@ -71,10 +62,9 @@ def scalar_output_dtype(value: Any) -> torch.dtype:
 
 
 def scalar_output_record(value: Any) -> Dict[str, Any]:
-    """The record of a number among a graph's outputs: rank 0, the dtype of the
-    engine output that carries it, and its value as the graph knows it (``expr``):
-    a literal, or the sympy expression of a ``SymInt``, ``SymFloat`` or ``SymBool``
-    in the input dimensions' symbols."""
+    """Record of a number among the outputs: rank 0, its engine dtype, and ``expr``:
+    the literal, or the sympy expression of a symbolic number in the input
+    dimensions' symbols."""
     record: Dict[str, Any] = {
         "shape_exprs": [],
         "dtype": scalar_output_dtype(value),
@@ -91,8 +81,7 @@ def scalar_at_rank_0(ctx: Any, tensor: Any, name: str) -> Any:
     """``tensor`` (one element) reshaped to rank 0; unchanged if it has rank 0.
 
     A converter may give a number as a shape ``[1]`` tensor (``aten.sym_size.int``
-    does); the engine output that carries it has rank 0, as the number has.
-    """
+    does), but its engine output has rank 0."""
     if len(tensor.shape) == 0:
         return tensor
     if tuple(tensor.shape) != (1,) * len(tensor.shape):
@@ -107,22 +96,10 @@ def scalar_at_rank_0(ctx: Any, tensor: Any, name: str) -> Any:
 
 
 def node_value(node: Any, graph_name: str = "") -> Any:
-    """The value a graph input or output has in the node metadata.
-
-    Args:
-        node (Any): Element of the output node's arguments, or a placeholder
-        graph_name (str): Name of the graph partition, for the error message
-
-    Returns:
-        ``meta["val"]`` if present; else ``meta["tensor_meta"]`` (a
-        ``TensorMetadata``, which has ``shape`` and ``dtype``); else the value
-        derived by running the node's op on the fake values of its arguments,
-        which is also stored in ``meta["val"]`` for later consumers.
-
-    Raises:
-        RuntimeError: if none of these is available, naming the node, its op
-            and the graph partition.
-    """
+    """``meta["val"]`` of a graph input or output, else ``meta["tensor_meta"]``,
+    else the value derived from its inputs' fake values (then stored in
+    ``meta["val"]``); else ``RuntimeError`` naming the node, its op and the
+    partition ``graph_name``."""
     if isinstance(node, torch.fx.Node):
         if "val" in node.meta:
             return node.meta["val"]

@@ -1,15 +1,7 @@
-"""The ops of a graph that no converter takes, named for the user.
-
-When a graph must become one TensorRT engine (a standalone engine, or
-``require_full_compilation=True``) and some op has no converter, the error
-names that op as the user wrote it: a mutating custom op reaches the
-partitioner wrapped in ``auto_functionalized``, so it is named by the op itself
-and the arguments it writes, not by the wrapper. An op whose converters all
-refuse the call (its dtypes or dynamic sizes) is named with the tensors it was
-called with, not as an op without a converter; a tensor read as a Python
-number (``.item()``) is named as such. The graph itself is logged at debug
-level only.
-"""
+"""The ops of a graph that no converter takes, named for the user when the graph
+must be one engine: a mutating custom op by itself and the arguments it writes
+(not ``auto_functionalized``), an op whose converters all refuse the call with the
+tensors it got, a tensor read as a number (``.item()``) as such."""
 
 from __future__ import annotations
 
@@ -45,11 +37,9 @@ def _user_op(node: torch.fx.Node) -> Any:
 def _described(op: Any) -> str:
     if not isinstance(op, torch._ops.OpOverload):
         return op_name(op)
-    written = [
-        f"'{a.name}'"
-        for a in op._schema.arguments
-        if a.alias_info is not None and a.alias_info.is_write
-    ]
+    from torch_tensorrt.dynamo.conversion._functionalized_op import mutated_arguments
+
+    written = [f"'{a.name}'" for a in mutated_arguments(op._schema)]
     if not written:
         return op_name(op)
     return f"{op_name(op)} (writes {', '.join(written)} in place)"
@@ -70,15 +60,6 @@ def _unsupported_nodes(gm: torch.fx.GraphModule) -> Dict[Any, torch.fx.Node]:
             continue
         found.setdefault(_user_op(node), node)
     return found
-
-
-def _has_converters(node: torch.fx.Node) -> bool:
-    """Whether converters are registered for ``node``'s target (that refused it)."""
-    from torch_tensorrt.dynamo.conversion._ConverterRegistry import (
-        DYNAMO_CONVERTERS,
-    )
-
-    return node.target in DYNAMO_CONVERTERS
 
 
 def _tensor_text(value: Any) -> str:
@@ -138,9 +119,8 @@ def no_converter_message(ops: Sequence[Any], what: str) -> str:
         f"{what} converts every op to TensorRT, and {these} no converter: {names}. "
         "Register one with @torch_tensorrt.dynamo.conversion.dynamo_tensorrt_converter"
         f"({_spelled(ops[0])}) (or make one for a TensorRT plugin with "
-        "torch_tensorrt.dynamo.conversion.plugins.generate_plugin_converter), or let "
-        "torch_tensorrt.dynamo.compile() run it in PyTorch "
-        "(require_full_compilation=False)."
+        "torch_tensorrt.dynamo.conversion.plugins.generate_plugin_converter), "
+        + _RUN_IN_PYTORCH
     )
 
 
@@ -148,11 +128,13 @@ def full_compilation_error(gm: torch.fx.GraphModule, what: str, fallback: str) -
     """The message for a graph that cannot be one engine: a tensor read as a
     number, else the op whose converters refuse its call, else the ops without
     a converter, else ``fallback``; the graph at debug level."""
+    from torch_tensorrt.dynamo.conversion._ConverterRegistry import DYNAMO_CONVERTERS
+
     logger.debug(f"The graph {what} could not convert entirely:\n{gm.graph}")
     nodes = _unsupported_nodes(gm)
     if torch.ops.aten._local_scalar_dense.default in nodes:
         return _item_message(what)
-    refused = [(op, node) for op, node in nodes.items() if _has_converters(node)]
+    refused = [(op, n) for op, n in nodes.items() if n.target in DYNAMO_CONVERTERS]
     if refused:
         return _refused_message(*refused[0], what)
     return no_converter_message(list(nodes), what) if nodes else fallback

@@ -1,21 +1,6 @@
 """Which KV-cache writes of a graph ``IKVCacheUpdateLayer`` may make in place.
 
-Graph analysis, run before conversion: the layer itself, and the cache types
-it takes, are in ``conversion/impl/_kv_cache_layer.py``.
-
-The layer is left out for a write whose result is written again in the
-same graph (two slabs of one state, or ``state[a:b] += u``, which
-functionalization turns into a write and a rewrite of the same slab): the
-second write's base is no longer a network input, so it is a scatter, and the
-first one in place would only add an engine output aliased to the state beside
-the copied-back new value.
-
-Nor is the layer used on a clone of an input that the model writes instead of
-the input (``c = cache.clone(); c[:, :, 3:4, :] = u``): lowering removes the
-clone, and the layer would write the caller's ``cache``, which eager leaves
-unchanged. :func:`forbid_kv_writes_on_cloned_inputs` marks such writes before
-lowering (``node.meta["_trt_no_kv_alias"]``, the converters' existing veto);
-they are scatters into a new tensor.
+Run before conversion; the layer is in ``conversion/impl/_kv_cache_layer.py``.
 """
 
 from __future__ import annotations
@@ -48,10 +33,10 @@ _WRITE_OPS = (
 
 
 def kv_write_is_final(node: torch.fx.Node) -> Tuple[bool, str]:
-    """Whether the write ``node`` makes is the last one of its state in the graph.
+    """Whether ``node``'s write is its state's last: ``(final, reason)``.
 
-    Returns ``(final, reason)``.
-    """
+    A later write's base is no network input, so it is a scatter, and this one in
+    place would only add an output aliased to the state."""
     for user in node.users:
         rewrites = user.op == "call_function" and user.target in _WRITE_OPS
         if rewrites and user.args and user.args[0] is node:
@@ -63,31 +48,19 @@ def kv_write_is_final(node: torch.fx.Node) -> Tuple[bool, str]:
 
 
 def forbid_kv_writes_on_cloned_inputs(
-    gm: torch.fx.GraphModule, state_inputs: Collection[str] = ()
+    gm: torch.fx.GraphModule, state_inputs: Collection[str]
 ) -> List[str]:
-    """Keep ``IKVCacheUpdateLayer`` off a graph input that the model clones.
+    """Veto (``meta["_trt_no_kv_alias"]``) each ``slice_scatter`` / ``index_copy``
+    whose cache is a clone of a non-state input; return their names.
 
-    Run on the graph of ``ExportedProgram.module()`` (after buffer lifting,
-    before lowering). ``c = x.clone(); c[:, :, p:p+n, :] = u`` writes a copy,
-    and the caller's ``x`` keeps its value; but lowering removes a clone that
-    is its input's only reader (``remove_input_alias_fixing_clones``), and the
-    layer would then write ``x`` itself. Every ``slice_scatter`` /
-    ``index_copy`` whose cache is a clone of an input other than a lifted
-    buffer (``state_inputs``, written by definition) gets
-    ``node.meta["_trt_no_kv_alias"]``, the converters' veto. A clone that
-    lowering keeps (its input has other readers) is no network input, so the
-    mark changes nothing there. Returns the names of the marked nodes.
-
-    A KV-form write directly on an input (``torch.index_copy(x, 2, pos, u)``)
-    keeps upstream's behaviour: the input is taken for a cache handed to the
-    engine, which writes it in place.
-    """
+    Run before lowering: ``c = x.clone(); c[..] = u`` leaves ``x`` unchanged, but
+    ``remove_input_alias_fixing_clones`` drops a clone that is its input's only
+    reader, and the layer would write ``x``. ``state_inputs`` (lifted buffers) are
+    written anyway."""
     kv_forms = (torch.ops.aten.slice_scatter.default, torch.ops.aten.index_copy.default)
     marked = []
     for node in gm.graph.nodes:
         if node.op != "call_function" or node.target not in kv_forms:
-            continue
-        if not node.args or not isinstance(node.args[0], torch.fx.Node):
             continue
         clone = node.args[0]
         if not (
@@ -135,14 +108,9 @@ _VIEW_OPS = (
 
 
 def _reads_values(node: torch.fx.Node, through: torch.fx.Node) -> bool:
-    """Whether ``node``, a user of ``through``, reads the values of ``through``.
-
-    Metadata reads do not (nor the input guards of ``ExportedProgram.module()``,
-    nor a write-back into it); nor does ``aten.copy(through, src)``, which takes
-    only the shape and dtype of its first argument (slice assignment
-    ``cache[:, :, 3:4] = u`` is ``slice_scatter(cache, copy(slice(cache), u))``
-    once functionalized); a view does when one of its users does.
-    """
+    """Whether ``node``, a user of ``through``, reads its values: not a metadata op,
+    an input guard, a write-back into it or ``aten.copy(through, src)`` (slice
+    assignment's shape-only copy); a view does when one of its users does."""
     if node.op == "call_module" and str(node.target).startswith("_guards"):
         return False  # ExportedProgram.module()'s input guards check shapes
     if node.op != "call_function":
@@ -161,15 +129,10 @@ def _reads_values(node: torch.fx.Node, through: torch.fx.Node) -> bool:
 def kv_cache_has_no_other_reader(
     write: torch.fx.Node, cache: torch.fx.Node
 ) -> Tuple[bool, str]:
-    """Whether the write ``write`` is the only node reading its cache's values.
+    """Whether ``write`` is the only reader of its cache's values: ``(sole, reason)``.
 
-    The layer writes its cache input in place, and TensorRT does not order
-    another layer reading that input before the write: a read of the old state
-    in the same engine (``old = cache.sum(dim=2); cache[:, :, 3:4] = u``) saw
-    the new values (measured with TensorRT-RTX 1.6.1). A clone of ``cache``
-    that is the write's own cache counts as the write. Returns
-    ``(sole_reader, reason)``.
-    """
+    TensorRT does not order other readers before the in-place write; a clone of
+    ``cache`` that is the write's own cache counts as the write."""
     own = {write, write.args[0]}
     readers = [
         user.name
@@ -187,15 +150,12 @@ def kv_cache_has_no_other_reader(
 def kv_layer_view(
     shape: Sequence[Any], axis: int
 ) -> Tuple[Optional[Tuple[int, int, int, int]], str]:
-    """The layer's ``[B', H', S, D']`` form of a contiguous state written along ``axis``.
+    """The layer's ``[B', H', S, D']`` form of a contiguous state written on ``axis``.
 
-    ``B'`` is the state's first dimension (``-1`` when it is dynamic), ``H'`` the
-    product of the dimensions between it and ``axis``, ``S`` the size of ``axis``
-    and ``D'`` the product of the dimensions after it; a write along axis 0 has
-    ``B' = H' = 1``. The layer writes the same run of ``S`` in every ``[B', H']``
-    row, which is what a slab write along ``axis`` is. Returns ``(view, reason)``;
-    ``view`` is None where the layer cannot take the state (a dynamic dimension
-    other than the first, or the written one).
+    ``B'``: the first dimension (``-1`` if dynamic); ``H'``: the product of those
+    between it and ``axis``; ``S``: the size of ``axis``; ``D'``: the product of
+    those after it (``B' = H' = 1`` for axis 0). Returns ``(view, reason)``;
+    ``view`` is None if a dimension other than the first, or ``axis``, is dynamic.
     """
     dynamic = [i for i, size in enumerate(shape) if not isinstance(size, int)]
     if axis in dynamic:
@@ -216,11 +176,10 @@ def kv_layer_view(
 
 @dataclass(frozen=True)
 class KVStateWrite:
-    """A state update the layer can make in place, as :func:`plan_kv_state_write` found it.
+    """A state update the layer can make in place, found by :func:`plan_kv_state_write`.
 
-    ``start`` is the first position written: a Python int, the graph node of a
-    SymInt (a slice at a symbolic start), or None for ``index_copy``, whose
-    ``index`` tensor holds it.
+    ``start``, the first position written: an int, the node of a SymInt, or None
+    for ``index_copy`` (its ``index`` tensor holds it).
     """
 
     write: torch.fx.Node
@@ -235,14 +194,14 @@ class KVStateWrite:
 
     @property
     def in_layer_form(self) -> bool:
-        """Whether the state already has the layer's form (4-D, written along axis 2)."""
+        """Whether the state has the layer's form already (4-D, written on axis 2)."""
         return len(self.shape) == 4 and self.axis == 2
 
 
 def _slice_write_bounds(
     write: torch.fx.Node, shape: Tuple[Any, ...]
 ) -> Tuple[Optional[Tuple[int, int, Any]], str]:
-    """``(axis, length, start)`` of a ``slice_scatter`` the layer can take, or why not."""
+    """``(axis, length, start)`` of a ``slice_scatter`` the layer takes, or why not."""
     args = list(write.args) + [None] * (6 - len(write.args))
     _, source, dim, start, end, step = args[:6]
     dim = 0 if dim is None else dim
@@ -274,14 +233,11 @@ def plan_kv_state_write(
 ) -> Tuple[Optional[KVStateWrite], str]:
     """Whether ``IKVCacheUpdateLayer`` can make the state update ``write`` in place.
 
-    ``write`` is a ``slice_scatter`` or ``index_copy`` node that the caller knows
-    to be the state's new value (the state plan); ``cache`` the node it
-    writes. The layer can where the write is a
-    contiguous run of positions of a contiguous float32, float16 or bfloat16
-    state that is an engine input, the run is along one axis (any rank; the
-    state is seen in the layer's form, :func:`kv_layer_view`), and the write is
-    its state's last write and its only reader. Returns ``(plan, reason)``; the
-    reason is for the debug log.
+    ``write``: a ``slice_scatter`` or ``index_copy`` known to be the new value of
+    ``cache``. It can if the write is a contiguous run along one axis of a
+    contiguous float32, float16 or bfloat16 engine input (any rank, seen through
+    :func:`kv_layer_view`), and is its state's last write and only reader.
+    Returns ``(plan, reason)``; the reason is for the debug log.
     """
     if write.op != "call_function" or write.target not in (
         torch.ops.aten.slice_scatter.default,

@@ -1,18 +1,10 @@
-"""Input mutations of a graph converted whole into one engine become engine outputs.
+"""A standalone engine's input mutations become engine outputs, and its alias map.
 
-``ExportedProgram.module()`` expresses a mutation of a graph input as a trailing
-``aten.copy_(input, new_value)``. ``compile()`` leaves that ``copy_`` to PyTorch
-after the engine that computes ``new_value``; a standalone engine
-(``convert_exported_program_to_serialized_trt_engine``) has no PyTorch around
-it, so the new value must leave the engine as an output for the caller to write
-back (or, with aliased engine I/O, to bind to the input's own memory).
-
-Binding-name convention: the new value of input binding ``X`` is the engine
-output ``X_new``. When the new value is also one of the model's outputs, the
-engine has a single output for both and that output keeps the model's name
-(``output{i}`` or the user's binding name); :class:`WriteBack` says which, and
-:func:`alias_map` / :func:`write_alias_map` give the same as JSON for callers
-without Python (e.g. the TensorRT C++ runtime).
+``ExportedProgram.module()`` writes a graph input back with a trailing
+``aten.copy_(input, new_value)``; a standalone engine has no PyTorch around it,
+so the new value of input binding ``X`` leaves it as output ``X_new`` (or as the
+model's own output that returns it), for the caller to copy back or bind in
+place. :func:`alias_map` / :func:`write_alias_map` say which, as JSON.
 """
 
 from __future__ import annotations
@@ -22,7 +14,7 @@ import logging
 import os
 import secrets
 import stat
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import torch
@@ -41,16 +33,11 @@ ALIAS_MAP_VERSION = 2
 class WriteBack:
     """Engine output ``output`` holds the new value of input ``input``.
 
-    ``update`` is ``"in_place"`` when a layer of the engine writes the input in
-    place (it is recorded in the engine's ``aliased_io``, see
-    :func:`network_in_place_updates`): the caller binds the output to the
-    input's address. ``binding`` then says who makes the alias: ``"engine"``
-    (TensorRT's own ``IKVCacheUpdateLayer``; the engine reports and enforces
-    it), or ``"declared_alias"`` (a plugin declares that the output aliases the
-    input). Otherwise ``"copy"``: the caller copies the output
-    into the input after each run. :func:`expose_write_backs` predicts
-    ``in_place`` from the state plan (a state its op's converter writes in
-    place); only the built network proves it.
+    ``update``: ``"copy"`` (the caller copies the output into the input) or
+    ``"in_place"`` (bound to the input's address); ``binding`` says who makes an
+    in-place alias: ``"engine"`` (``IKVCacheUpdateLayer``) or ``"declared_alias"``
+    (a plugin). :func:`expose_write_backs` predicts ``in_place`` from the state
+    plan; :func:`network_in_place_updates` sets it from the built network.
     """
 
     input: str
@@ -74,17 +61,11 @@ def expose_write_backs(
 ) -> List[WriteBack]:
     """Turn every ``copy_`` write-back of a graph input into a graph output.
 
-    Also drops ``None`` entries from the outputs (a model that returns nothing):
-    an engine has no ``None`` outputs. ``state_inputs`` names the inputs whose new
-    values are already the last graph outputs (lifted buffers written back by
-    copy, see ``lift_mutated_buffers``); ``output_binding_names`` names the
-    outputs before those. Returns one :class:`WriteBack` per mutated input or
-    state and leaves the full list of output binding names (the given ones, or
-    ``output{i}``, then ``<input>_new``) in ``gm.meta["_output_binding_names"]``.
-    Raises ``ValueError`` for a buffer written without being lifted into an
-    engine input, and ``RuntimeError`` for a write-back into anything else but a
-    graph input: a standalone engine could not express it and the mutation
-    would be lost.
+    ``state_inputs`` name the inputs whose new values are already the last graph
+    outputs (lifted buffers copied back); ``None`` outputs are dropped. Returns a
+    :class:`WriteBack` per state and leaves every output binding name in
+    ``gm.meta["_output_binding_names"]``. Raises for a write a standalone engine
+    cannot express (an unlifted buffer, or anything but a graph input).
     """
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     input_names = (
@@ -94,10 +75,8 @@ def expose_write_backs(
     )
     name_of_input = dict(zip(placeholders, input_names))
 
-    # An engine's outputs are flat, and the interpreter appends the aliased
-    # outputs of layers such as IKVCacheUpdateLayer after the graph's own: the
-    # model's output spec (ExportedProgram.module() unflattens by it) would
-    # not match them
+    # An engine's outputs are flat, aliased ones appended after the graph's own:
+    # the model's output spec would not match them
     codegen = gm.graph._codegen
     if isinstance(codegen, torch.fx.graph._PyTreeCodeGen):
         codegen.pytree_info = codegen.pytree_info._replace(out_spec=None)
@@ -129,7 +108,6 @@ def expose_write_backs(
 
     input_of_name = {name: node for node, name in name_of_input.items()}
 
-    # Looked up for every state: dicts and sets, so that the pass stays linear
     output_of: Dict[Any, str] = {}
     for value, name in zip(new_outputs, names):
         output_of.setdefault(value, name)
@@ -248,23 +226,15 @@ def network_in_place_updates(
 ) -> List[WriteBack]:
     """``write_backs`` with ``in_place`` exactly where the built network proves it.
 
-    An output is updated in place when the plugin converter recorded it in the
-    engine's ``aliased_io`` as kind ``user`` for that input: the producer is a
-    plugin layer that aliases exactly that input (``declared_alias``), the input
-    is a network input it alone reads, and the output carries the input's final
-    value. A write-back predicted ``in_place`` that the network
-    does not prove (e.g. a converter declaring ``requires_aliased_plugin_io``
-    that emitted ordinary layers) is copied back, with a warning. An alias
-    TensorRT makes itself (``IKVCacheUpdateLayer``, any kind but ``user``) is
-    ``in_place`` with ``binding`` ``"engine"``, also for a state that has no
-    write-back (a lifted buffer predicted to be a KV cache).
+    An output ``aliased_io`` maps to its write-back's input is ``in_place``:
+    ``declared_alias`` for a plugin converter's record (kind ``user``), ``engine``
+    for TensorRT's own alias (``IKVCacheUpdateLayer``), listed also without a
+    write-back. A predicted ``in_place`` the network does not prove is copied
+    back, with a warning.
     """
     result = []
     for w in write_backs:
         alias = aliased_io.get(w.output)
-        # kind "user" is the plugin converter's record; any other kind is an
-        # alias TensorRT makes and reports itself (IKVCacheUpdateLayer): either
-        # way the output is bound in place
         if alias is not None and alias[0] == w.input:
             binding = "declared_alias" if alias[1] == "user" else "engine"
             result.append(replace(w, update="in_place", binding=binding))
@@ -278,11 +248,8 @@ def network_in_place_updates(
                 f"from '{w.output}' instead."
             )
         result.append(replace(w, update="copy", binding=None))
-    # Every other output TensorRT aliases to an input is listed as well: a
-    # state with no write-back to carry (a lifted buffer predicted to be a KV
-    # cache has none), or a side-effect output the interpreter appended beside
-    # the write-back of the same state. TensorRT refuses to run with such an
-    # output bound anywhere but its input, so a caller must know it.
+    # Every other alias TensorRT makes: it refuses to run with the output bound
+    # anywhere but its input, so a caller must know it
     covered = {w.output for w in result}
     for output_name, (input_name, kind) in aliased_io.items():
         if kind != "user" and output_name not in covered:
@@ -296,11 +263,7 @@ def _check_against_the_network(
     input_names: Sequence[str],
     output_names: Sequence[str],
 ) -> None:
-    """Raise where an update names a tensor the engine lacks or a state twice.
-
-    Nothing is returned or written from such updates: a disagreement is a bug
-    in Torch-TensorRT, never a map to hand a caller.
-    """
+    """Raise where an update names a tensor the engine lacks, or a state twice."""
     problems = []
     seen: Dict[str, str] = {}
     for w in updates:
@@ -323,59 +286,35 @@ def _check_against_the_network(
         )
 
 
-def with_state_shapes(
+def with_state_details(
     write_backs: Sequence[WriteBack],
     shapes: Mapping[str, Tuple[List[int], List[int]]],
+    reasons: Mapping[str, str],
 ) -> List[WriteBack]:
-    """``write_backs`` whose ``binding: engine`` entries give the state's two shapes.
-
-    ``shapes`` maps an input binding to the caller's shape of it and the
-    engine's (see ``declare_state_views``). A C++ caller binds the state's own
-    memory with the engine's shape, for the input and for the aliased output.
-    """
+    """``write_backs`` with, by input binding, the caller's and the engine's shape
+    of each engine-bound state (``declare_state_views``) and why each copy is one."""
     result = []
     for w in write_backs:
         if w.binding == "engine" and w.input in shapes:
             state_shape, binding_shape = shapes[w.input]
             w = replace(w, state_shape=state_shape, binding_shape=binding_shape)
+        if w.update == "copy":
+            w = replace(w, reason=reasons.get(w.input))
         result.append(w)
     return result
-
-
-def with_copy_reasons(
-    write_backs: Sequence[WriteBack], reasons: Mapping[str, str]
-) -> List[WriteBack]:
-    """``write_backs`` with, on each ``copy``, why it is one, by input binding."""
-    return [
-        replace(w, reason=reasons.get(w.input)) if w.update == "copy" else w
-        for w in write_backs
-    ]
 
 
 def alias_map(
     write_backs: Sequence[WriteBack], input_dtypes: Optional[Mapping[str, str]] = None
 ) -> Dict[str, Any]:
-    """Machine-readable map of which engine output carries which input's new value.
+    """The JSON alias map of ``write_backs`` (its format: :func:`read_alias_map`).
 
-    ``"update": "copy"``: after each execution, copy the output into the input
-    (they must not be bound to the same memory: the engine may still read the
-    input while it writes the output). ``"update": "in_place"``: bind the output
-    to the input's address; the engine writes the input's memory itself.
-    ``"state_shape"`` and ``"binding_shape"`` (``binding: engine`` only): the
-    input's shape as the caller has it, and as the engine's input and output have
-    it, the same memory seen in the layer's form (``-1`` for a dynamic
-    dimension); bind the state's memory with ``binding_shape``.
-    ``"binding"`` (``in_place`` only): ``"engine"``, a layer of TensorRT's own
-    (``IKVCacheUpdateLayer``) writes the input in place; the engine reports the
-    alias itself (``ICudaEngine::getAliasedInputTensor(output) == input``, so a
-    caller can find it without this map) and TensorRT refuses to run with the
-    output bound elsewhere; ``"declared_alias"``, a plugin declares the output
-    aliases the input.
-    ``"reason"`` (``copy`` only): why the engine does not write the input in
-    place, from the state plan.
-    ``"inputs"``: each engine input's dtype as the caller has it, by binding name
-    (a float64 input is a float32 engine input: the caller converts it, and
-    converts back what it copies into a float64 state).
+    ``copy``: after each run, copy the output into the input (never bound to the
+    same memory). ``in_place``: bind the output to the input's address; with
+    ``binding: engine`` TensorRT reports the alias itself and refuses to run with
+    the output bound elsewhere, and ``binding_shape`` is the shape to bind the
+    state's memory with. ``inputs``: each input's dtype as the caller has it (a
+    float64 state is a float32 engine input: the caller converts it both ways).
     """
     entries = []
     for w in write_backs:
@@ -405,15 +344,7 @@ def alias_map(
 UPDATES = ("copy", "in_place")
 BINDINGS = ("engine", "declared_alias")
 _MAP_KEYS = ("format", "version", "aliases", "inputs")
-_ENTRY_KEYS = (
-    "output",
-    "input",
-    "update",
-    "binding",
-    "state_shape",
-    "binding_shape",
-    "reason",
-)
+_ENTRY_KEYS = tuple(f.name for f in fields(WriteBack))
 
 
 class AliasMapError(ValueError):
@@ -669,15 +600,11 @@ def check_in_place_bindings(
 ) -> None:
     """Raise if an output the alias map binds in place is bound elsewhere.
 
-    The entries are checked first (:func:`alias_map_entries`): a typo, an unknown
-    binding or two outputs on one input is an :class:`AliasMapError`.
-
-    ``aliases`` is the map's ``"aliases"`` list or what :func:`read_alias_map`
-    returns; ``addresses`` the device address
-    bound to each engine I/O tensor by name (e.g. what a caller passes to
-    ``IExecutionContext.set_tensor_address``). ``declared_alias`` outputs should
-    share their input's memory (TensorRT writes the input either way, and the
-    output then reads back the new value); ``engine`` ones must.
+    ``aliases``: the map's ``"aliases"`` list or what :func:`read_alias_map`
+    returns (checked first: a bad entry is an :class:`AliasMapError`);
+    ``addresses``: the device address bound to each engine I/O tensor by name (as
+    given to ``IExecutionContext.set_tensor_address``). ``engine`` outputs must
+    share their input's memory; ``declared_alias`` ones should.
     """
     if not isinstance(addresses, Mapping):
         raise TypeError(
@@ -725,14 +652,11 @@ def _kind_of(path: str) -> str:
 
 
 def check_alias_map_path(path: str) -> str:
-    """``path`` as an absolute path, once it is known the alias map can be written there.
+    """``path`` made absolute, once it is known the alias map can replace it there.
 
-    The map is written atomically, by replacing ``path``; that replaces only a
-    regular file (or nothing). Raises ``ValueError`` when ``path`` is a symbolic
-    link, a directory, a device or another special file, ``FileNotFoundError``
-    when its directory does not exist and ``PermissionError`` when it cannot be
-    written, each naming the path. Called before the engine is built, and again
-    before the map is written. Anything but a path is a ``TypeError``.
+    Raises ``TypeError`` for anything but a path, ``ValueError`` for anything but
+    a regular file (or nothing), ``FileNotFoundError`` for a missing directory and
+    ``PermissionError`` for one not writable, each naming the path.
     """
     expect(
         "convert_exported_program_to_serialized_trt_engine",
@@ -764,11 +688,8 @@ def check_alias_map_path(path: str) -> str:
 
 
 def _new_file_beside(path: str) -> Tuple[int, str]:
-    """A new file in ``path``'s directory, opened for writing: ``(fd, its path)``.
-
-    Created with mode ``0o666``, which the kernel reduces by the process's umask
-    (as ``open`` does), where ``tempfile.mkstemp`` would give ``0o600``.
-    """
+    """A new file beside ``path``, open for writing: ``(fd, its path)``; mode
+    ``0o666`` less the umask, as ``open`` gives (``tempfile.mkstemp`` gives 0o600)."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
     while True:
         name = os.path.join(
@@ -785,14 +706,8 @@ def write_alias_map(
     write_backs: Sequence[WriteBack],
     input_dtypes: Optional[Mapping[str, str]] = None,
 ) -> None:
-    """Write :func:`alias_map` as JSON to ``path``, atomically.
-
-    The map is written to a new file beside ``path``, which then replaces it:
-    a reader sees the old map or the new one, never a part. Only a regular file
-    is replaced (:func:`check_alias_map_path`), and the file gets the mode a new
-    file gets under the process's umask (as ``open`` would give it), so that a
-    caller running as another user can read it where the umask allows.
-    """
+    """Write :func:`alias_map` as JSON to ``path`` atomically (a new file beside it
+    replaces it), with the mode ``open`` gives a new file under the umask."""
     absolute = check_alias_map_path(path)
     fd, tmp = _new_file_beside(absolute)
     try:

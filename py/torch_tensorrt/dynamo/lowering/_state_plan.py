@@ -1,28 +1,14 @@
 """One plan per graph for the states it writes: which updates TensorRT makes in place.
 
-A *state* is a graph input the model writes: a user input, whose new value the
-graph writes back with ``aten.copy_``, or a buffer that ``lift_mutated_buffers``
-made an input, whose new value is a graph output the caller copies back. After
-lowering, :func:`plan_state_updates` decides once, for each state, how its new
-value reaches the caller, and why:
-
-* ``in_place``: its one write (a contiguous slab, :func:`plan_kv_state_write`)
-  goes on ``IKVCacheUpdateLayer``, which writes the state's own memory; or its
-  mutating op's converter computes it in that memory (``in_place_source``: an
-  in-place plugin, or a converter of its own on the layer). The output holding
-  the new value is that memory, so copying it back is a copy of the state onto
-  itself, which is skipped.
-* ``copy``: the engine computes the new state and the caller copies it back.
-  Whatever the plan cannot prove safe in place is copied: right, if slower.
-
-The plan is recorded on each state's placeholder (``node.meta[STATE_PLAN]``) and
-is the only input of what follows. ``view_state_writes_in_kv_cache_form``
-rewrites each in-place write into the layer's form and marks it
-(``KV_STATE_WRITE``); the converters put exactly the marked writes on the layer
-and make every other write a scatter; the partitioners keep the marked views at
-the engine's boundary in PyTorch; and each engine built is compared with the
-plan (:func:`check_engine_against_state_plan`). An alias the plan did not make
-is a bug named in one sentence, never a wrong result.
+A *state* is a graph input the model writes: a user input written back with
+``aten.copy_``, or a lifted buffer whose new value is a graph output.
+:func:`plan_state_updates` decides, after lowering, how each state's new value
+reaches the caller and records it on its placeholder (``STATE_PLAN``):
+``in_place`` where ``IKVCacheUpdateLayer`` makes its one slab write
+(:func:`plan_kv_state_write`) or its op's converter computes it in the state's
+memory (:func:`in_place_source`), else ``copy`` (the caller copies it back).
+Passes, converters and partitioners follow the plan; every engine is checked
+against it (:func:`check_engine_against_state_plan`).
 """
 
 from __future__ import annotations
@@ -80,18 +66,15 @@ def state_new_values(
 ) -> Dict[torch.fx.Node, Optional[torch.fx.Node]]:
     """Each state of ``gm`` (a placeholder it writes) and the node of its new value.
 
-    A lifted buffer's new value is the output ``lift_mutated_buffers`` appended for
-    it (``meta["_lifted_buffer_output"]``); a user input's is what its last
-    write-back copies into it. The value is None when it is not a graph node (a
-    constant written back).
+    A lifted buffer's is the output ``lift_mutated_buffers`` added for it
+    (``meta["_lifted_buffer_output"]``), a user input's what its last write-back
+    copies in; None if that is not a node (a constant written back).
     """
-    outputs: Optional[List[Any]] = None
+    outputs = _outputs(gm)
     states: Dict[torch.fx.Node, Optional[torch.fx.Node]] = {}
     for node in gm.graph.nodes:
         if node.op == "placeholder" and "_lifted_buffer_output" in node.meta:
             position = node.meta["_lifted_buffer_output"]
-            if outputs is None:
-                outputs = _outputs(gm)
             value = outputs[position] if position is not None else None
             states[node] = value if isinstance(value, torch.fx.Node) else None
         elif is_write_back(node) and isinstance(node.args[0], torch.fx.Node):
@@ -101,46 +84,31 @@ def state_new_values(
 
 
 def other_readers(state: torch.fx.Node, writer: torch.fx.Node) -> List[str]:
-    """Nodes besides ``writer`` (and write-backs) that read ``state``.
-
-    An in-place plugin updates its aliased input in place only when that input
-    has no other reader; otherwise TensorRT inserts a copy before the plugin.
-    """
+    """Nodes besides ``writer`` (and write-backs) that read ``state``; with any,
+    TensorRT gives an in-place plugin a copy of its aliased input."""
     return [u.name for u in state.users if u is not writer and not is_write_back(u)]
 
 
 def in_place_writer(state: torch.fx.Node) -> Optional[torch.fx.Node]:
-    """The node whose converter updates ``state`` in place in TensorRT, if any.
-
-    That is a :class:`FunctionalizedOp` call taking ``state`` itself (not a view)
-    as a mutated argument, whose converter declares ``requires_aliased_plugin_io``
-    (an in-place plugin), and that is ``state``'s only reader: TensorRT then
-    passes the plugin the memory of ``state`` for its aliased output, so when
-    ``state`` is a network input the caller's tensor is written.
-    """
-    for user in _mutators(state):
-        if not other_readers(state, user) and updates_in_place(user):
+    """The :class:`FunctionalizedOp` call whose converter updates ``state`` in place:
+    it takes ``state`` itself as a mutated argument, is its only reader, and its
+    converter declares ``requires_aliased_plugin_io`` (an in-place plugin)."""
+    for user in state.users:
+        if (
+            isinstance(user.target, FunctionalizedOp)
+            and any(v is state for v in mutated_values(user).values())
+            and not other_readers(state, user)
+            and updates_in_place(user)
+        ):
             return user
     return None
 
 
-def _mutators(value: torch.fx.Node) -> List[torch.fx.Node]:
-    """The :class:`FunctionalizedOp` calls that take ``value`` as a mutated argument."""
-    return [
-        user
-        for user in value.users
-        if isinstance(user.target, FunctionalizedOp)
-        and any(v is value for v in mutated_values(user).values())
-    ]
-
-
 def in_place_source(value: Any) -> Optional[torch.fx.Node]:
-    """The tensor whose memory TensorRT computes ``value`` in, if in place.
+    """The tensor whose memory TensorRT computes ``value`` in; ``None`` if not in place.
 
-    ``value`` is the new value of an argument that an in-place plugin updates
-    (see :func:`in_place_writer`); chains of such plugins, each the only reader
-    of the previous one's new value, are followed back to the tensor the first
-    one updates. ``None`` when ``value`` is not computed in place.
+    Chains of in-place plugins (:func:`in_place_writer`), each the only reader of
+    the previous one's new value, are followed back to the first one's tensor.
     """
     source = None
     while isinstance(value, torch.fx.Node) and value.target is operator.getitem:
@@ -237,12 +205,8 @@ def _functional_cache_update(
     node: torch.fx.Node,
 ) -> Optional[Tuple[StateUpdate, KVStateWrite]]:
     """A user input written by a functional ``index_copy`` / ``slice_scatter`` in the
-    layer's own form, which nothing else reads.
-
-    Torch-TensorRT's converters have always taken such a write for a cache
-    update made in place (upstream's ``test_single_position_write_aliased``):
-    the plan keeps that contract, for this form only, and says so.
-    """
+    layer's form that nothing else reads: the converters' KV-cache contract takes it
+    for an in-place update of that cache (``index_copy`` at batch 1 only)."""
     writes = [u for u in node.users if u.op == "call_function" and u.args[0] is node]
     if len(writes) != 1:
         return None
@@ -250,8 +214,7 @@ def _functional_cache_update(
     if plan is None or not plan.in_layer_form:
         return None
     if plan.index is not None and plan.shape[0] != 1:
-        # 2.14.0's index_copy fast path: batch 1 only (its
-        # test_batch_gt_one_uses_fallback); a wider one is a scatter
+        # index_copy's KV fast path: batch 1 only; a wider write is a scatter
         return None
     update = StateUpdate(
         node.name,
@@ -263,16 +226,10 @@ def _functional_cache_update(
     return update, plan
 
 
-def plan_state_updates(
-    gm: torch.fx.GraphModule,
-) -> Tuple[Dict[str, StateUpdate], List[KVStateWrite]]:
-    """The plan of every state of ``gm``, recorded on its placeholder; and the writes to make in place.
-
-    Run once, on the lowered graph (``view_state_writes_in_kv_cache_form``).
-    Returns the plan by state name, and the :class:`KVStateWrite` of each state
-    updated in place, for the pass to rewrite.
-    """
-    plan: Dict[str, StateUpdate] = {}
+def plan_state_updates(gm: torch.fx.GraphModule) -> List[KVStateWrite]:
+    """Plan every state of ``gm`` onto its placeholder (read by :func:`state_plan`);
+    return the :class:`KVStateWrite` of each write to make in place. Run once, on
+    the lowered graph (``view_state_writes_in_kv_cache_form``)."""
     writes: List[KVStateWrite] = []
     states = state_new_values(gm)
     for node in gm.graph.nodes:
@@ -281,7 +238,6 @@ def plan_state_updates(
             if functional is not None:
                 update, write = functional
                 node.meta[STATE_PLAN] = update
-                plan[node.name] = update
                 writes.append(write)
                 logger.warning(
                     "%s writes input '%s' functionally; the "
@@ -296,7 +252,6 @@ def plan_state_updates(
     for state, value in states.items():
         update, write = _plan_one(state, value)
         state.meta[STATE_PLAN] = update
-        plan[state.name] = update
         if write is not None:
             writes.append(write)
         logger.debug(
@@ -306,7 +261,7 @@ def plan_state_updates(
             update.update,
             update.reason,
         )
-    return plan, writes
+    return writes
 
 
 def state_plan(gm: torch.fx.GraphModule) -> Dict[str, StateUpdate]:
@@ -323,21 +278,12 @@ def check_engine_against_state_plan(
     input_names: Sequence[str],
     aliased_io: Mapping[str, Tuple[str, str]],
 ) -> None:
-    """Raise where the engine built from ``module`` writes an input in place that
-    the plan did not put in place.
+    """Raise where the engine built from ``module`` writes in place an input the
+    plan did not put in place (a Torch-TensorRT bug).
 
-    Run on every engine TensorRT builds, where every entry point converts
-    (``interpret_module_to_result``). ``module``'s placeholders carry their
-    state's row: partitioning copies a placeholder's meta into the engine's
-    submodule, and a view of a state in the layer's form carries its state's.
-    ``input_names`` are the engine's input bindings, one per placeholder;
-    ``aliased_io`` maps an output binding to ``(input binding, kind)``. An
-    alias the plan did not make would hand the caller an output that is the
-    state's memory where it expects a new tensor: TensorRT's own alias
-    (``IKVCacheUpdateLayer``) needs a row in place, a ``user`` alias (recorded
-    by a converter that declares ``requires_aliased_plugin_io``) a row its op
-    writes in place. A bug in Torch-TensorRT, raised in one sentence.
-    """
+    ``input_names``: input bindings, one per placeholder; ``aliased_io``: output
+    binding -> ``(input binding, kind)``. Any alias needs an in-place row, a
+    ``user`` alias one ``by_its_op``."""
     placeholders = [n for n in module.graph.nodes if n.op == "placeholder"]
     if not aliased_io or any("val" not in p.meta for p in placeholders):
         return  # nothing aliased, or a module whose placeholders lost their meta

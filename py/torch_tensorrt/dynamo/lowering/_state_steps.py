@@ -1,16 +1,7 @@
-"""The state steps of lowering, one function for every entry point.
+"""The state steps of lowering, one order for every entry point: :func:`lower_states`.
 
-A graph that writes its inputs or buffers needs more than ``post_lowering``:
-its mutated buffers lifted into inputs (``lift_mutated_buffers``), the KV-cache
-layer kept off an input the model only clones, and the markers of that checked
-after lowering; ``post_lowering`` then makes the state plan. Each entry point
-used to wire these itself, and three of the five ran ``post_lowering`` alone:
-``cross_compile_for_windows``, the ``torch.compile`` backend and refit lost the
-clone veto (the layer could write a cloned input).
-
-:func:`lower_states` is those steps, in one order, and every entry point calls
-it; what an entry point does with the result after the build (write-backs in
-``compile()``'s module, state outputs of a standalone engine) stays its own.
+Buffer lifting, the KV-cache veto on an input the model only clones (checked
+again after lowering), then ``post_lowering``, which makes the state plan.
 """
 
 from __future__ import annotations

@@ -1,23 +1,11 @@
-"""Give a TensorRT engine a copy of each input it would update in place against
-the state plan.
+"""Give an engine a copy of each input it would update in place against the plan.
 
-An in-place plugin (a converter declaring ``requires_aliased_plugin_io``) that is
-the only reader of a network input writes into the memory bound to that input,
-and the runtimes bind the state's final value in the engine to that memory too
-(a ``user`` alias). With ``compile()`` that memory is the tensor the partitioned
-graph passes to the engine. Once partitioning has moved the other readers of
-that tensor out of the engine (a node before or after it, a PyTorch submodule, a
-view), whether they saw its old or its new value would depend on the order the
-partitioner gave the submodules.
-
-The state plan has decided each state over the whole graph: it is in place by its
-op only when nothing but its in-place writers reads it and they compute its final
-value. :func:`isolate_in_place_engine_inputs` reads that decision and does not
-reason about the order: an engine input written in place stays in place only
-when its state's plan says so. Any other (a state the plan copies back, a value
-computed before the engine) gets a copy (``aten.clone``, run in PyTorch) and a
-warning that gives the plan's reason; the engine updates the copy, and the usual
-write-back copies the new value into the original.
+An in-place plugin (converter declaring ``requires_aliased_plugin_io``) writes the
+memory bound to its engine input; readers partitioning moved out of the engine
+would see a value depending on submodule order. So an input stays in place only
+where its state plan (``lowering/_state_plan.py``) says so; any other gets an
+``aten.clone`` before the engine, with a warning, and the usual write-back copies
+the new value into the original.
 """
 
 from __future__ import annotations
@@ -52,11 +40,7 @@ def _outputs(gm: torch.fx.GraphModule) -> List[Any]:
 
 
 class _Views:
-    """Which outputs of each PyTorch submodule are views of which of its inputs.
-
-    Computed once per submodule and pass: looking it up for every reader of
-    every state made the pass quadratic in the number of states.
-    """
+    """Which outputs of each PyTorch submodule view which inputs (cached per module)."""
 
     def __init__(self) -> None:
         self._by_module: Dict[int, List[Optional[int]]] = {}
@@ -155,14 +139,11 @@ def _written_back(submodule: torch.fx.GraphModule) -> List[int]:
 
 def keep_old_values_for_later_readers(partitioned_module: torch.fx.GraphModule) -> None:
     """Readers of a state's old value scheduled after the PyTorch submodule that
-    writes its new value back read a copy taken before it.
+    writes its new value back read an ``aten.clone`` taken just before it.
 
-    The partitioners order submodules by their data only, and a write-back
-    (``aten.copy_`` into an input) has no users: a PyTorch submodule holding a
-    custom op run in PyTorch and the write-back of its result could run before
-    an engine reading the state's old value (``r = s.sum(); my_op_(s)``), which
-    then read the new one. Such readers get ``aten.clone`` of the state, taken
-    just before the writer; the write-back itself is unchanged.
+    Partitioners order submodules by data only, and a write-back (``aten.copy_``)
+    has no users, so a PyTorch submodule writing a state back could run before an
+    engine reading its old value (``r = s.sum(); my_op_(s)``).
     """
     changed = False
     views = _Views()
@@ -176,8 +157,6 @@ def keep_old_values_for_later_readers(partitioned_module: torch.fx.GraphModule) 
             continue
         for position in _written_back(submodule):
             state = writer.args[position]
-            if not isinstance(state, torch.fx.Node):
-                continue
             aliases = _aliases(partitioned_module, state, views)
             stale = [
                 (alias, user)
@@ -217,14 +196,9 @@ def keep_old_values_for_later_readers(partitioned_module: torch.fx.GraphModule) 
 
 
 def isolate_in_place_engine_inputs(partitioned_module: torch.fx.GraphModule) -> None:
-    """Give each TensorRT engine of ``partitioned_module`` a copy of every input it
-    writes in place that the state plan did not put in place.
-
-    Each copy is an ``aten.clone`` before the engine, with a warning naming the
-    input and why (see the module docstring). First, readers of a state's old
-    value scheduled after a PyTorch submodule that writes it back get a copy
-    (:func:`keep_old_values_for_later_readers`).
-    """
+    """Give each engine an ``aten.clone`` of every input it writes in place that the
+    state plan did not put in place (see the module docstring), after
+    :func:`keep_old_values_for_later_readers`."""
     keep_old_values_for_later_readers(partitioned_module)
     graph = partitioned_module.graph
     changed = False
@@ -234,8 +208,6 @@ def isolate_in_place_engine_inputs(partitioned_module: torch.fx.GraphModule) -> 
         submodule = getattr(partitioned_module, str(call.target))
         for position in in_place_engine_inputs(submodule):
             value = call.args[position]
-            if not isinstance(value, torch.fx.Node):
-                continue
             why = _why_copied(value)
             if why is None:
                 continue

@@ -6,8 +6,7 @@ output generates. For a state an engine wrote in place (its output is bound to
 the state's memory, see ``aliased_io``), the value copied is the state's own
 tensor: a copy onto itself, one dispatch per state on every call.
 :func:`drop_write_backs_of_in_place_outputs` removes those write-backs once the
-engines exist. A compile-time rewrite of the partitioned graph: it lives here,
-not in the runtime, which only reads the engines' aliases.
+engines exist.
 """
 
 from __future__ import annotations
@@ -83,17 +82,10 @@ def _drop_in_submodule(
 
 
 def drop_write_backs_of_in_place_outputs(gm: torch.fx.GraphModule) -> int:
-    """Remove the copies of an engine's in-place outputs onto their own inputs.
-
-    The partitioned graph writes every new state value back (``aten.copy_``), in
-    the graph, in a PyTorch submodule or, for a lifted buffer, in the code the
-    module's output generates. For a state the engine wrote in place, the value
-    copied is the state's own tensor: a copy onto itself, one dispatch per state
-    on every call. Run once the engines exist and their aliases were checked
-    against the state plan; returns how many write-backs were dropped. The
-    states stay known as written (:mod:`._input_mutations` reads the engines'
-    aliases too).
-    """
+    """Remove the copies of an engine's in-place outputs onto their own inputs (see
+    the module docstring). Run once the engines exist and their aliases were checked
+    against the state plan; returns how many were dropped. The states stay known as
+    written (``runtime/_input_mutations.py`` reads the engines' aliases too)."""
     in_place = _in_place_values(gm)
     if not in_place:
         return 0

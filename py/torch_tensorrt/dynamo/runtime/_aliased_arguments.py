@@ -1,33 +1,16 @@
-"""Arguments that share memory with an input written in place, refused at call time.
+"""Calls whose arguments share memory with an input written in place, refused.
 
-An engine, or a module ``compile()`` returns, computes every new value from the
-values its inputs had on entry and then writes the mutated inputs. Eager PyTorch
-runs the model's statements in order, so when the caller passes one tensor (or
-overlapping views of one storage) as two arguments and one of them is written,
-eager sees the first write through the other argument and the compiled module
-does not: ``def forward(self, a, b): a += 1; b *= 2`` called as ``m(x, x)`` gives
-4.0 eagerly and 2.0 compiled. Such a call is refused with one sentence naming
-both arguments, before anything runs.
+A compiled module or engine computes every new value from its inputs' values on
+entry, then writes the mutated inputs; eager PyTorch sees a write through every
+argument sharing its memory (``a += 1; b *= 2`` called as ``m(x, x)`` gives 4.0
+eagerly, 2.0 compiled). Such a call is refused before anything runs, naming both.
 
-Two tensors overlap when some element of one is stored at the address of some
-element of the other. Views with the same sizes and strides are compared
-exactly (``x[:, 0]`` and ``x[:, 1]`` of one storage do not overlap, nor do two
-expanded views of distinct elements); any other pair overlaps when the address
-ranges they span intersect.
-
-The check runs on every call, so it costs ``O(n log n)`` in the number of
-tensors: their address ranges are sorted and swept once, and only pairs whose
-ranges meet (none, for states in separate allocations) are compared element by
-element. Everything that does not depend on the call's tensors (how the
-arguments bind to the graph's inputs, which inputs are written, their names) is
-computed once, when the check is made. ``compile()``'s module remembers the
-tensors of the last call it let through: a call with the same tensors, each of
-the same version and address (what a decoding loop passes), is not compared
-again; its buffers are looked up once per owning submodule. Within a call of
-``compile()``'s module, whose forward pre-hook checked the caller's arguments,
-the engines do not check their inputs again: the partitioner gives no engine
-two inputs that share memory unless the caller's arguments do
-(:mod:`~torch_tensorrt.dynamo.partitioning._in_place_engine_inputs`).
+Views of equal sizes and strides are compared exactly; any other two tensors
+overlap when their address ranges intersect. Ranges are sorted and swept once.
+``compile()``'s module skips a call passing its last call's tensors unchanged;
+engines within a call it checked skip their own check (the partitioner gives no
+engine two overlapping inputs the caller did not pass:
+:mod:`~torch_tensorrt.dynamo.partitioning._in_place_engine_inputs`).
 """
 
 from __future__ import annotations
@@ -36,7 +19,7 @@ import contextvars
 import inspect
 import logging
 import operator
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 from torch.fx._pytree import tree_flatten_spec
@@ -52,11 +35,9 @@ _TENSORS_ONLY = {torch.Tensor}
 # and the two views are taken to overlap
 _MAX_CANDIDATES = 64
 
-# How many calls of compile()'s modules, whose pre-hooks checked their
-# arguments, are running in this context: the engines inside them need not
-# check their inputs again. A forward hook that also runs when forward raises
-# counts a call down; one counted down too often (another pre-hook raised
-# before this one ran) only makes the engines check again
+# Calls of compile()'s modules running in this context whose pre-hook checked the
+# arguments: their engines skip their own check. Counted down (never below 0) by
+# a forward hook that also runs when forward raises
 _CHECKED_CALLS: contextvars.ContextVar[int] = contextvars.ContextVar(
     "torch_tensorrt_checked_calls", default=0
 )
@@ -170,8 +151,8 @@ def _overlapping_pair(
     return found
 
 
-def _refuse(owner: str, pair: Tuple[int, int], describe: Callable[[int], str]) -> None:
-    w_text, o_text = describe(pair[0]), describe(pair[1])
+def _refuse(owner: str, pair: Tuple[int, int], labels: Sequence[str]) -> None:
+    w_text, o_text = labels[pair[0]], labels[pair[1]]
     raise RuntimeError(
         f"{owner} writes {w_text} in place and {o_text} shares memory "
         "with it, so the result would differ from eager PyTorch's: "
@@ -179,22 +160,16 @@ def _refuse(owner: str, pair: Tuple[int, int], describe: Callable[[int], str]) -
     )
 
 
-def _shown(name: str) -> str:
-    return f"'{name}'"
-
-
 def check_in_place_arguments_distinct(
     owner: str,
     values: Sequence[Any],
     names: Sequence[str],
     written: Sequence[int],
-    kept_states: Sequence[Tuple[str, torch.Tensor]] = (),
 ) -> None:
     """Refuse a call in which an input written in place shares memory with another.
 
     ``values[i]`` is the argument for input ``names[i]``; ``written`` are the
-    positions of the inputs ``owner`` writes in place; ``kept_states`` are the
-    tensors it keeps and writes itself (its mutated buffers), named.
+    positions of the inputs ``owner`` writes in place.
     """
     if torch.compiler.is_compiling():
         return  # traced, not called: there is no memory to compare
@@ -210,16 +185,11 @@ def check_in_place_arguments_distinct(
         ]
         tensors = [values[i] for i in positions]
     is_written = [i in written_positions for i in positions]
-    states = [(name, t) for name, t in kept_states if not _is_fake(t)]
-    tensors += [t for _, t in states]
-    is_written += [True] * len(states)
     if not any(is_written):
         return
     pair = _overlapping_pair(tensors, is_written)
     if pair is not None:
-        texts = [("input", names[i]) for i in positions]
-        texts += [("buffer", name) for name, _ in states]
-        _refuse(owner, pair, lambda k: f"{texts[k][0]} {_shown(texts[k][1])}")
+        _refuse(owner, pair, [f"input '{names[i]}'" for i in positions])
 
 
 def check_engine_inputs_distinct(
@@ -351,13 +321,8 @@ def _children(spec: Any) -> List[Any]:
 class InPlaceArgumentsCheck:
     """Forward pre-hook of a compiled module: no argument overlaps a written input.
 
-    Registered by ``compile()`` on a module that writes some of its inputs or
-    buffers; ``written`` and ``buffers`` come from the module's graph
-    (:func:`~torch_tensorrt.dynamo.runtime._input_mutations.mutated_inputs` and
-    ``mutated_buffers``), ``names`` are its placeholders. While the call it
-    checked runs, the engines inside skip their own check
-    (:func:`check_engine_inputs_distinct`); :meth:`done`, a forward hook that
-    also runs when forward raises, ends that.
+    Registered by :func:`register_in_place_arguments_check`; while the call it
+    checked runs, the engines inside skip their own check until :meth:`done`.
     """
 
     def __init__(
@@ -449,9 +414,10 @@ class InPlaceArgumentsCheck:
                     buffers.append(b)
         pair = _overlapping_pair(tensors, is_written)
         if pair is not None:
-            labels = [("input", i) for i in positions or range(len(values))]
-            labels += [("buffer", b) for b in buffers]
-            _refuse("The compiled module", pair, lambda k: self._label(labels[k]))
+            inputs = [f"input '{name}'" for name in self.names]
+            labels = inputs if positions is None else [inputs[i] for i in positions]
+            labels += [f"buffer '{self.buffers[b]}'" for b in buffers]
+            _refuse("The compiled module", pair, labels)
         others = (
             ()
             if positions is None
@@ -470,15 +436,11 @@ class InPlaceArgumentsCheck:
             self._passed, self._passed_tensors = None, []
 
     def _same_as_passed(self, values: Sequence[Any], states: Sequence[Any]) -> bool:
-        """Whether the call's tensors are the last passed call's, unchanged.
+        """Whether the call passes the last passed call's tensors, unchanged.
 
-        The same objects in the same places (arguments that were not tensors
-        still not tensors), each of the same version and address: a tensor that
-        changed its sizes, strides or storage in place (``set_``, ``resize_``,
-        ``as_strided_``, ``transpose_``...) has a new version, one given other
-        memory (``.data =``) a new address. The references held keep each id
-        that object's. Not seen: ``.data =`` giving a tensor other strides at
-        the same address, which changes neither.
+        The same objects in the same places, each of the same version (``set_``,
+        ``resize_``, ``as_strided_`` ... bump it) and address (``.data =`` moves it).
+        Not seen: ``.data =`` giving other strides at the same address.
         """
         assert self._passed is not None
         positions, others, passed_states, versions, addresses = self._passed
@@ -503,11 +465,6 @@ class InPlaceArgumentsCheck:
         except RuntimeError:  # an inference tensor has no version: checked
             return False
 
-    def _label(self, label: Tuple[str, int]) -> str:
-        kind, index = label
-        name = self.names[index] if kind == "input" else self.buffers[index]
-        return f"{kind} {_shown(name)}"
-
     def __call__(
         self,
         module: torch.fx.GraphModule,
@@ -531,13 +488,11 @@ class InPlaceArgumentsCheck:
             _CHECKED_CALLS.set(max(_CHECKED_CALLS.get() - 1, 0))
 
 
-def register_in_place_arguments_check(module: torch.nn.Module) -> None:
+def register_in_place_arguments_check(module: torch.fx.GraphModule) -> None:
     """Refuse calls of ``module`` whose arguments overlap an input it writes.
 
     A module that writes no input and no buffer is left as it is.
     """
-    if not isinstance(module, torch.fx.GraphModule):
-        return
     check = InPlaceArgumentsCheck.of_module(module)
     if check is not None:
         module.register_forward_pre_hook(check, with_kwargs=True)

@@ -1,29 +1,12 @@
 """An engine's aliased I/O records, checked before an output is bound to an input.
 
-An engine's ``aliased_io`` maps an output binding name to ``(input binding name,
-kind)``: both runtimes bind that output to the input's memory, so the engine
-writes the input in place. The records travel in the serialized engine info
-(``ALIASED_IO_IDX``, ``output@input@kind`` joined by ``%``) and come back on
-every load, from a file that may be damaged or written by someone else. Before
-any memory is shared:
-
-* :func:`read_aliased_io_records`, the one reader of that format (2.14.0's
-  ``deserialize_aliased_io`` calls it), parses them strictly: a malformed
-  record, an output named twice or an unknown kind is an error (an unknown kind
-  would hide the output from ``user_output_count``; the C++ library reads it as
-  ``kv_cache_update``);
-* :func:`check_aliased_io_records` checks parsed records against the engine's
-  binding names: every output and input exists, and no input receives two
-  outputs;
-* :func:`check_aliased_io_against_engine` checks each pair against the
-  deserialized engine: an output and an input of the same dtype, rank and
-  static dimensions (so of the same byte size);
-* :func:`check_bound_alias` checks, on every call and on every execution path,
-  the input tensor an output is about to be bound to: its dtype, shape (which
-  with the dtype fix its byte size) and layout.
-
-Each raises :class:`AliasedIOError` with one sentence naming the engine and the
-bindings; none of them relies on ``assert``.
+``aliased_io`` maps an output binding name to ``(input binding name, kind)``. The
+records are reloaded (``ALIASED_IO_IDX``, ``output@input@kind`` joined by ``%``),
+possibly damaged, so they are parsed strictly (:func:`read_aliased_io_records`;
+an unknown kind would hide an output from ``user_output_count``), checked against
+the bindings (:func:`check_aliased_io_records`), the engine
+(:func:`check_aliased_io_against_engine`) and, every call, the bound input
+(:func:`check_bound_alias`). Each raises :class:`AliasedIOError`.
 """
 
 from __future__ import annotations
@@ -51,10 +34,8 @@ class AliasedIOError(RuntimeError):
 def read_aliased_io_records(
     text: str, engine_name: Optional[str] = None
 ) -> Dict[str, Tuple[str, str]]:
-    """Parse serialized ``output@input@kind`` records, refusing anything unclear.
-
-    ``engine_name`` names the engine in the error, if known.
-    """
+    """Parse serialized ``output@input@kind`` records, refusing anything unclear;
+    ``engine_name``, if known, names the engine in the error."""
     engine = f"Engine {engine_name}" if engine_name is not None else "An engine"
     records: Dict[str, Tuple[str, str]] = {}
     if not text:
@@ -91,8 +72,7 @@ def check_aliased_io_records(
 ) -> None:
     """Every aliased output and input is a binding of the engine; one output per input.
 
-    The kinds are the reader's to check (:func:`read_aliased_io_records`).
-    """
+    Kinds are checked by :func:`read_aliased_io_records`."""
     inputs, outputs = set(input_binding_names), set(output_binding_names)
     written: Dict[str, str] = {}
     for out_name, (in_name, _kind) in aliased_io.items():
@@ -136,9 +116,8 @@ def check_aliased_io_against_engine(
 ) -> None:
     """Each aliased pair is an output and an input with the same dtype and shape.
 
-    ``cuda_engine`` is the deserialized ``ICudaEngine``. A dimension dynamic in
-    either binding is compared on every call by :func:`check_bound_alias`.
-    """
+    ``cuda_engine``: the ``ICudaEngine``. Dynamic dimensions are left to
+    :func:`check_bound_alias`."""
     import tensorrt as trt
 
     for out_name, (in_name, _kind) in aliased_io.items():
@@ -175,11 +154,8 @@ def check_bound_alias(
     input_name: str,
     bound_input: Optional[torch.Tensor],
 ) -> torch.Tensor:
-    """The tensor ``output_name`` is bound to: ``bound_input``, checked.
-
-    ``output_shape`` is the shape the execution context reports for the output
-    with this call's input shapes.
-    """
+    """The tensor ``output_name`` is bound to: ``bound_input``, checked against
+    ``output_shape``, the context's shape for the output in this call."""
     if bound_input is None:
         raise AliasedIOError(
             f"Engine {engine_name} writes output '{output_name}' into input "

@@ -1,14 +1,9 @@
 """A wrong argument of a compiled module's call, named in one sentence.
 
-An engine takes tensors of its inputs' dtypes and shapes, and numbers for its
-scalar inputs. 2.14.0 turned any other argument into a tensor with
-``torch.tensor`` (a string ended in torch's "new(): invalid data type 'str'", a
-list became a tensor eager PyTorch never sees), and left a dtype or shape the
-engine cannot take to the runtime, whose check names neither the input nor what
-to pass. :func:`check_scalar_argument` refuses what is not a number before
-anything runs; :func:`wrong_argument`, asked only after the engine has refused
-a call (nothing is added to a call that runs), names the first argument whose
-dtype, rank or static dimension is not the engine's.
+:func:`check_scalar_argument` refuses, before anything runs, an argument that is
+neither a tensor nor a number; :func:`wrong_argument`, asked only after the
+engine refused a call, names the first tensor whose dtype, rank or static
+dimension is not the engine's.
 """
 
 from __future__ import annotations

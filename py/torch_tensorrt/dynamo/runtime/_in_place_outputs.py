@@ -1,29 +1,17 @@
 """Engine outputs written into an engine input, returned without a copy.
 
-An output listed in an engine's ``aliased_io`` is bound to the memory of its
-input (a KV cache, or a state an in-place plugin updates): the engine writes the
-input in place. The C++ runtime's ``tensorrt::execute_engine`` returns that input
-as the output. The Python runtime's is a ``torch.library.custom_op``, whose
-outputs may not alias its inputs, so it returned a clone of the input instead: a
-copy of the whole state on every call, which the write-back after the engine
-then copied again.
-
-The Python runtime's op now leaves those outputs out (:func:`op_outputs`; its
-fake kernel uses :func:`returned_outputs`) and ``TorchTensorRTModule.forward`` puts the input
-tensors back in their places (:func:`with_inputs_written_in_place`). An input
-the engine had to stage (made contiguous, or moved to the engine's device)
-receives the staged tensor's new value (:func:`copy_staged_inputs_back`), so the
-tensor put back always holds what the engine wrote.
+An output in an engine's ``aliased_io`` is bound to its input's memory. The C++
+``tensorrt::execute_engine`` returns that input as the output; the Python
+runtime's ``custom_op`` may not return an input, so it leaves those outputs out
+(:func:`op_outputs`) and ``TorchTensorRTModule.forward`` puts the inputs back
+(:func:`with_inputs_written_in_place`, :func:`copy_staged_inputs_back`).
 """
 
 from __future__ import annotations
 
-import logging
 from typing import List, Mapping, Optional, Sequence, Tuple, TypeVar
 
 import torch
-
-logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
@@ -36,11 +24,8 @@ def in_place_outputs(
     input_binding_names: Sequence[str],
     aliased_io: Mapping[str, Tuple[str, str]],
 ) -> InPlaceOutputs:
-    """The outputs of an engine that are written into one of its inputs.
-
-    ``aliased_io`` maps an output binding name to ``(input binding name, kind)``;
-    every kind is bound to its input's memory by both runtimes.
-    """
+    """The outputs of an engine written into one of its inputs; ``aliased_io`` maps
+    an output binding name to ``(input binding name, kind)``, any kind counting."""
     pairs = []
     for o, name in enumerate(output_binding_names):
         alias = aliased_io.get(name)
@@ -69,9 +54,8 @@ def with_inputs_written_in_place(
 ) -> List[torch.Tensor]:
     """All outputs again: each one left out of ``returned`` is its input.
 
-    ``inputs`` are the caller's tensors; ``bound`` (default: ``inputs``) the ones
-    the engine received, a tensor moved to the engine's device in place of a
-    caller's. A caller's tensor that was moved receives what the engine wrote.
+    ``bound`` (default: ``inputs``, the caller's tensors) are those the engine
+    received; a caller's tensor moved to the device receives what was written.
     """
     outputs = list(returned)
     for o, i in written:  # in increasing output order
@@ -88,10 +72,8 @@ def callers_tensors_written(
 ) -> List[torch.Tensor]:
     """The C++ runtime's outputs, each in-place one the caller's input again.
 
-    ``tensorrt::execute_engine`` (C++) returns the tensor it bound an aliased
-    output to: a contiguous view of the caller's input, or a copy when that
-    input was not contiguous or not on the device, which the caller's tensor
-    then receives.
+    The C++ runtime returns a contiguous view of the caller's input, or a copy
+    (input not contiguous or not on the device) that the caller's tensor receives.
     """
     result = list(outputs)
     for o, i in written:
@@ -120,14 +102,9 @@ def op_outputs(
     inputs: Sequence[torch.Tensor],
     written: InPlaceOutputs,
 ) -> List[torch.Tensor]:
-    """What the Python runtime's ``tensorrt::execute_engine`` returns.
-
-    ``outputs`` are the engine's outputs (one tensor or a sequence). The ones
-    written into an input are left out. Every other output is memory the engine
-    allocated for it, never an input's: ``custom_op``'s own check (in C++, on
-    every call) would refuse one that aliased an input, so nothing here looks at
-    the inputs' storages.
-    """
+    """What the Python runtime's ``tensorrt::execute_engine`` returns: the engine's
+    ``outputs`` (one tensor or a sequence) less those written into an input; the
+    others are the engine's own memory (``custom_op`` refuses an alias of an input)."""
     del inputs  # kept for the op's call; the outputs are decided by ``written``
     tensors = [outputs] if isinstance(outputs, torch.Tensor) else list(outputs)
     return returned_outputs(tensors, written) if written else tensors
@@ -136,8 +113,8 @@ def op_outputs(
 def engine_in_place_inputs(engine: torch.nn.Module) -> InPlaceOutputs:
     """``(output, input)`` positions an engine module writes in place; ``()`` if none.
 
-    Read from the module's binding names and ``aliased_io``, so it holds before
-    the engine is deserialized and for every runtime.
+    Read from binding names and ``aliased_io``: valid before deserialization, in
+    any runtime.
     """
     aliased_io = getattr(engine, "aliased_io", None)
     if not aliased_io:

@@ -2,13 +2,11 @@
 
 Both CUDA graph modes replay work recorded for fixed addresses:
 
-* per-engine (``torch_tensorrt.runtime.set_cudagraphs_mode(True)``): an engine
-  with aliased I/O binds an aliased input to the caller's tensor itself, not to
-  a staging buffer, so the captured graph writes to the address that tensor had
-  at capture. :class:`AliasedInputAddresses` tells when it moved.
-* whole-graph (``torch_tensorrt.runtime.enable_cudagraphs(module)``): every
-  input is copied into a static buffer the graph reads and writes, so a
-  mutation of an input reaches that buffer, not the caller's tensor.
+* per-engine (``set_cudagraphs_mode(True)``): an aliased input is bound to the
+  caller's tensor itself, so the graph writes to the address it had at capture;
+  :class:`AliasedInputAddresses` tells when it moved.
+* whole-graph (``enable_cudagraphs(module)``): inputs are copied into static
+  buffers, so a mutation reaches the buffer, not the caller's tensor;
   :func:`mutated_inputs` says which inputs to copy back after each replay.
 """
 
@@ -32,6 +30,7 @@ from typing import (
 
 import torch
 from torch_tensorrt._features import ENABLED_FEATURES
+from torch_tensorrt.dynamo.runtime._in_place_outputs import engine_in_place_inputs
 from torch_tensorrt.dynamo.utils import is_write_back
 
 logger = logging.getLogger(__name__)
@@ -40,11 +39,8 @@ logger = logging.getLogger(__name__)
 class AliasedInputAddresses:
     """The addresses of an engine's aliased inputs when a CUDA graph captured them.
 
-    An engine with aliased I/O binds an aliased input to the caller's tensor (no
-    staging buffer), so a graph captured in per-engine mode writes where that
-    tensor was at capture. :meth:`moved` serves a runtime that captures again
-    whenever one moved (the Python runtime); :meth:`check` follows the C++
-    runtime, which keeps its graph unless its own rule records a new one.
+    :meth:`moved` serves the Python runtime, which captures again when one moved;
+    :meth:`check` follows the C++ runtime's own rule for recording a graph.
     """
 
     def __init__(self, positions: Sequence[int]) -> None:
@@ -64,15 +60,14 @@ class AliasedInputAddresses:
     def of_engine(
         cls, input_binding_names: Sequence[str], aliased_inputs: Collection[str]
     ) -> Optional[AliasedInputAddresses]:
-        """Tracker for the inputs named in ``aliased_inputs``; ``None`` if there are none."""
+        """Tracker for the inputs named in ``aliased_inputs``; ``None`` if none."""
         positions = [
             i for i, name in enumerate(input_binding_names) if name in aliased_inputs
         ]
         return cls(positions) if positions else None
 
     def __getstate__(self) -> Dict[str, Any]:
-        # addresses and streams belong to this process, the graph to an engine
-        # a reloaded module no longer has
+        # addresses, streams and the graph do not survive a reload
         return {"positions": self.positions}
 
     def __setstate__(self, state: Dict[str, Any]) -> None:
@@ -83,24 +78,14 @@ class AliasedInputAddresses:
         return tuple(inputs[i].data_ptr() for i in self.positions)
 
     def moved(self, inputs: Sequence[torch.Tensor]) -> bool:
-        """Whether an aliased input moved since the last call; remembers this call's.
-
-        For a runtime that captures the graph again when this is true (the Python
-        runtime).
-        """
+        """Whether an aliased input moved since the last call; remembers this one's."""
         bound = self._addresses(inputs)
         moved = self._bound is not None and bound != self._bound
         self._bound = bound
         return moved
 
     def context_changed(self) -> None:
-        """The engine's execution context changed: its next graph call records.
-
-        The C++ runtime sets ``context_changed`` when it recreates the execution
-        context (runtime settings, weight-streaming budget) or switches the
-        optimization profile by hand; the module says so through
-        :func:`engine_context_changes`.
-        """
+        """The context changed (:func:`engine_context_changes`): next call records."""
         self._context_changed = True
 
     def check(
@@ -115,17 +100,11 @@ class AliasedInputAddresses:
     ) -> None:
         """Raise if the C++ runtime would replay its graph into stale memory.
 
-        Called before each execution on the C++ runtime, with the inputs given.
-        The C++ runtime records its CUDA graph again when per-engine CUDA graphs
-        were off in the previous call, when any input's shape changed since the
-        previous call, when the engine's stream changed, or when its execution
-        context changed (:meth:`context_changed`); otherwise it replays the graph
-        with the addresses it was recorded with. Only then does a moved aliased
-        input raise. Defaults: ``cudagraphs``, whether per-engine CUDA graphs are
-        on; ``stream``, the stream the C++ runtime would run on (see
-        :func:`engine_stream`); ``internal_capture``, whether TensorRT captures
-        the graph itself, binding the current addresses on every call
-        (TensorRT-RTX, which does so whenever per-engine CUDA graphs are on).
+        It records again if CUDA graphs were off in the previous call or an input
+        shape, the stream or the execution context changed; otherwise it replays,
+        and a moved aliased input raises. ``None`` defaults: the per-engine CUDA
+        graphs mode, :func:`engine_stream`, and TensorRT-RTX (which captures
+        itself, binding the current addresses).
         """
         if cudagraphs is None:
             from torch_tensorrt.runtime import get_cudagraphs_mode
@@ -182,12 +161,8 @@ def engine_context_changes(
 ) -> None:
     """Tell ``tracker`` that the C++ runtime records its graph again on the next call.
 
-    Call before the module changes the engine's weight-streaming budget
-    (``profile_index`` None: ``TRTEngine::set_device_memory_budget`` always
-    recreates the execution context) or switches its optimization profile by
-    hand (``set_active_profile_with_stream`` changes the context only for
-    another profile than the active one). Automatic profile selection happens
-    only on a shape change, which records anyway.
+    Call before changing the weight-streaming budget (``profile_index`` None) or
+    switching to an optimization profile other than the active one.
     """
     if tracker is None:
         return
@@ -197,11 +172,8 @@ def engine_context_changes(
 
 
 def engine_stream(inputs: Sequence[torch.Tensor]) -> Hashable:
-    """The stream the C++ runtime runs an engine on, as a comparable key.
-
-    A caller on the device's default stream gets the engine's own pool stream
-    (``"pool"`` here); any other caller stream is used as it is.
-    """
+    """The stream the C++ runtime runs an engine on, as a comparable key: the
+    caller's, or ``"pool"`` (the engine's own) for the device's default stream."""
     device = (
         inputs[0].device
         if inputs and inputs[0].is_cuda
@@ -216,10 +188,6 @@ def engine_stream(inputs: Sequence[torch.Tensor]) -> Hashable:
 def _written_nodes(gm: torch.fx.GraphModule) -> Set[torch.fx.Node]:
     """Inputs and buffers (``get_attr``) of ``gm`` that a write-back or an engine
     (in place) updates."""
-    from torch_tensorrt.dynamo.runtime._in_place_outputs import (
-        engine_in_place_inputs,
-    )
-
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     written = set()
     for node in gm.graph.nodes:
@@ -247,13 +215,9 @@ def _written_nodes(gm: torch.fx.GraphModule) -> Set[torch.fx.Node]:
 
 
 def mutated_inputs(module: torch.nn.Module) -> List[int]:
-    """Flat positions of the inputs a compiled module writes new values into.
-
-    Those are the graph inputs that a write-back (``aten.copy_``) updates, in the
-    module's graph or in one of its PyTorch submodules, and those an engine
-    writes in place. A module that is not an
-    FX graph has none that can be found.
-    """
+    """Flat positions of the inputs a compiled module writes: by a write-back
+    (``aten.copy_``, in its graph or a PyTorch submodule) or an engine in place;
+    empty for a module that is not an FX graph."""
     if not isinstance(module, torch.fx.GraphModule):
         return []
     placeholders = [n for n in module.graph.nodes if n.op == "placeholder"]

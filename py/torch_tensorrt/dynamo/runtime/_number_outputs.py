@@ -3,8 +3,7 @@
 A number among a graph's outputs (a literal, ``SymInt``, ``SymFloat`` or
 ``SymBool``) is a rank-0 engine output; its record in the engine's symbolic
 shape expressions says so (``is_scalar``, ``expr``). The runtime gives it back
-as the Python number eager PyTorch returns. Read by the runtime from the
-serialized records alone, so that the runtime needs nothing from conversion.
+as the Python number eager PyTorch returns.
 """
 
 from __future__ import annotations
@@ -26,15 +25,12 @@ _NUMBER_TYPES: Dict[torch.dtype, type] = {
 
 
 class NumberOutputs(Tuple[int, ...]):
-    """Positions of the engine outputs that carry a number (``is_scalar``), and
-    how each is given back as the Python number eager PyTorch returns.
+    """Positions of the engine outputs that carry a number (``is_scalar``).
 
-    A number whose recorded ``expr`` is a literal or depends only on dimensions
-    of the inputs (``y.shape[0] / 3``) is computed on the host from the call's
-    input shapes with Python arithmetic, so a ``SymFloat`` has float64 precision
-    as in eager PyTorch (the engine carries float32); its engine output is not
-    read. Any other number (e.g. one read from a tensor's data) is read from its
-    engine output, all of them with one synchronization.
+    A number whose ``expr`` is a literal or a function of the input dimensions is
+    computed on the host from the call's input shapes (float64, as in eager; the
+    engine carries float32); any other is read from its engine output, all with
+    one synchronization.
     """
 
     _host: Dict[int, Tuple[Callable[..., Any], Tuple[Tuple[int, int], ...]]]

@@ -1,33 +1,18 @@
 """What ``IKVCacheUpdateLayer`` takes as its cache, checked before it is emitted.
 
-The layer writes a state in place, which is why Torch-TensorRT maps KV-cache
-writes (``slice_scatter``, ``index_copy``) onto it. Its builder takes a cache of
-type Float, Half or BFloat16 only. Any other type is an API usage error
-("cache has type Int32 but must have type Float, Half, or BFloat16"), and the
-layer's output is left without a shape. The build then fails further on with
-"Could not get tensor shape", naming neither the layer nor the type. Measured
-with TensorRT-RTX 1.6.1 for Int8, Int32, Int64, UInt8, Bool and FP8 caches.
-
-TensorRT's operator reference gives the same types for standard TensorRT
-(KVCacheUpdate, "T: float32, float16, bfloat16").
-
-The callers check the cache's type before they choose the layer. A write that
-fails the check keeps the scatter path: the engine computes the new state and
-the caller copies it back, as for any state the layer cannot take.
-
-Which writes of a graph the layer may take is decided in lowering
-(``lowering/_kv_state_writes.py``).
+The layer's builder takes Float, Half or BFloat16 caches only (TensorRT's
+KVCacheUpdate: "T: float32, float16, bfloat16"); any other type leaves the layer
+without an output shape and the build fails later with "Could not get tensor
+shape". A write that fails the check keeps the scatter path and is copied back.
+Which writes may take the layer is decided in ``lowering/_kv_state_writes.py``.
 """
 
 from __future__ import annotations
 
-import logging
 from typing import Any, Tuple
 
 import torch
 from torch_tensorrt._enums import dtype
-
-logger = logging.getLogger(__name__)
 
 # The cache types the layer's builder accepts.
 KV_CACHE_DTYPES = (dtype.f32, dtype.f16, dtype.bf16)

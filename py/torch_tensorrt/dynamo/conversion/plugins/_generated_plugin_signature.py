@@ -1,34 +1,19 @@
 """Signatures of the QDP plugin that ``generate_plugin`` writes for a torch op.
 
-``tensorrt.plugin`` (QDP) wants the register function's tensor descriptors
-first, then its attributes, never interleaved, and calls the JIT impl with
-``(*input tensors, *attributes, outputs, stream=stream)``. A torch schema may
-start with an attribute or interleave them (``(Tensor x, float a, Tensor(a!) y)``),
-and may have keyword-only arguments. This module keeps the two orders apart:
-
-- the plugin side is **tensors first** (every ``Tensor`` / ``Tensor?`` argument,
-  in schema order, as ``_plugin_layout.PluginLayout`` orders the plugin inputs),
-  then the attributes in schema order;
-- the op is called in **schema order**: positional arguments positionally,
-  keyword-only ones as keywords (``op_call``).
-
-It also holds the dtype rule of the generated JIT impl: it hands every input and
-output to PyTorch through ``tensorrt.plugin.Tensor.__cuda_array_interface__``,
-which in TensorRT 11.1 rejects BF16, FP8 and INT4, and has no NumPy type (so
-fails) for FP4 and E8M0.
+QDP wants tensors first, then attributes, and calls the JIT impl with
+``(*tensors, *attributes, outputs, stream=stream)``; a torch schema may interleave
+them and have keyword-only arguments. The plugin side is tensors, then attributes,
+each in schema order (as ``PluginLayout``); the op is called in schema order.
 """
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import torch
 from torch_tensorrt._enums import dtype
 from torch_tensorrt.dynamo.conversion.plugins._plugin_layout import PluginLayout
-
-logger = logging.getLogger(__name__)
 
 # Names QDP reserves in the impl signature (``_validate.DISALLOWED_ATTR_NAMES``)
 _RESERVED_NAMES = ("outputs", "stream", "tactic")
@@ -41,7 +26,6 @@ _REJECTED_BY_CUDA_ARRAY_INTERFACE = ("BF16", "FP8", "INT4")
 class GeneratedPluginSignature:
     """Plugin-side argument order of a generated plugin, and the way back to the op."""
 
-    plugin_name: str
     op: torch._ops.OpOverload
     tensor_args: Tuple[str, ...]
     attr_args: Tuple[str, ...]
@@ -56,9 +40,7 @@ class GeneratedPluginSignature:
     ) -> GeneratedPluginSignature:
         """``attr_annotations``: the QDP annotation per attribute schema type name.
 
-        Tensors and attributes are the layout's (``Tensor?`` arguments are
-        inputs too: the plugin needs a tensor for each, the converter rejects
-        None).
+        ``Tensor?`` arguments are inputs too; the converter rejects None for them.
         """
         op = layout.op
         schema_types = {a.name: a.type for a in op._schema.arguments}
@@ -87,9 +69,7 @@ class GeneratedPluginSignature:
                 f"{plugin_name}: {op} has no Tensor argument; a TensorRT plugin needs "
                 "at least one input tensor"
             )
-        return cls(
-            plugin_name, op, layout.tensor_args, layout.attr_args, tuple(annotations)
-        )
+        return cls(op, layout.tensor_args, layout.attr_args, tuple(annotations))
 
     @property
     def register_params(self) -> Tuple[str, ...]:
@@ -127,12 +107,11 @@ class GeneratedPluginSignature:
     def op_call(
         self, values: Mapping[str, Any], attr_to_python: Callable[[Any], Any]
     ) -> Tuple[List[Any], Dict[str, Any]]:
-        """Arguments for calling the op, in schema order, from values by name.
+        """``(args, kwargs)`` calling the op in schema order, from values by name.
 
-        Positional schema arguments are passed positionally, keyword-only ones as
-        keywords; attributes go through ``attr_to_python`` (QDP hands them over
-        as one-element arrays). Every schema argument is a plugin input or
-        attribute, so every value is present.
+        Attributes go through ``attr_to_python`` (QDP hands them over as one-element
+        arrays). Every schema argument is a plugin input or attribute, so each value
+        is present.
         """
         args: List[Any] = []
         kwargs: Dict[str, Any] = {}
@@ -173,8 +152,7 @@ def check_jit_dtypes(
 ) -> List[Any]:
     """TensorRT dtypes of the generated JIT plugin's tensors, or one clear error.
 
-    ``named_dtypes`` holds ``(label, dtype)`` per input and output, the dtype
-    a ``tensorrt.DataType`` or a ``torch.dtype``.
+    ``named_dtypes``: ``(label, tensorrt.DataType or torch.dtype)`` per input/output.
     """
     import tensorrt as trt
 

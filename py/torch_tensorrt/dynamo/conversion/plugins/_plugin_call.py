@@ -1,10 +1,8 @@
 """The TensorRT side of a schema-derived plugin converter (a thin layer on QDP).
 
-Every decision (which argument is an input, which an attribute, how many outputs,
-which output aliases which input, what the converter returns) is made by
-:class:`~._plugin_layout.PluginLayout` from the op schema; this module only
-reads the registered QDP plugin, checks it against that layout and adds the
-layer.
+:class:`~._plugin_layout.PluginLayout` makes every layout decision from the op
+schema; this module reads the registered QDP plugin, checks it against that layout
+and adds the layer.
 """
 
 from __future__ import annotations
@@ -32,22 +30,17 @@ OutputDesc = Tuple[Any, Optional[int]]
 def qdp_output_descs(
     plugin_def: Any, inputs: Sequence[trt.ITensor], attrs: Dict[str, Any]
 ) -> List[OutputDesc]:
-    """Dtype and aliased input of each output of a QDP plugin, from its register function.
+    """Dtype and aliased input of each output of a QDP plugin.
 
-    Calls the register function the way QDP does at build time
-    (``get_output_data_types``: one fresh ``TensorDesc`` per input, rank-only
-    shapes) and matches ``output.get_aliased()`` against those descs by
-    identity. ``Tensor.is_aliased`` and the runtime alias links of the QDP 11.1
-    wrapper are not used: the first is inverted, the second links non-aliased
-    outputs to the last input and is empty after deserialization.
-    """
+    Calls the register function as QDP does at build time (a fresh ``TensorDesc`` per
+    input, rank-only shapes) and matches ``output.get_aliased()`` to them by identity;
+    QDP 11.1's ``Tensor.is_aliased`` and runtime alias links are unreliable."""
     from tensorrt.plugin import ShapeExprs, TensorDesc
 
     descs = []
     for tensor in inputs:
         desc = TensorDesc()
         desc.dtype = tensor.dtype
-        # rank-only shape expressions, as QDP itself builds them at this point
         desc.shape_expr = ShapeExprs(len(tensor.shape), _is_dummy=True)
         desc._immutable = True
         descs.append(desc)
@@ -65,14 +58,9 @@ def qdp_output_descs(
 
 
 def scalar_attributes_unsupported() -> Optional[str]:
-    """Why QDP cannot create plugins with int/float/bool attributes here, or None.
-
-    ``tensorrt.plugin`` before TensorRT 11.4 converts a scalar attribute by
-    calling its annotated type on the field's one-element array, which NumPy 2.4 rejects
-    ("only 0-dimensional arrays can be converted to Python scalars"): the plugin
-    cannot be created at build time nor after deserialization. TensorRT 11.4
-    reads ``field.data[0]``.
-    """
+    """Why QDP cannot create plugins with int/float/bool attributes here, or None:
+    ``tensorrt.plugin`` before TensorRT 11.4 calls ``int(array)`` on a one-element
+    array, which NumPy 2.4 rejects."""
     try:
         import tensorrt.plugin  # noqa: F401
     except ImportError:
@@ -118,14 +106,8 @@ def _check_scalar_attributes(
 def _warn_string_attributes(
     layout: PluginLayout, plugin_id: str, input_attrs: Dict[str, Any]
 ) -> None:
-    """Warn about ``str`` attributes of a JIT plugin (QDP 11.1 serializes them unsafely).
-
-    ``get_fields_to_serialize`` of QDP 11.1 builds each ``str`` field from a
-    temporary ``value.encode()`` that nothing keeps alive, so the plugin
-    recreated from a serialized engine may read freed memory (seen on CPU: an
-    attribute of NUL bytes now and then). ``bytes`` attributes are serialized
-    from the stored value; AOT plugins are not recreated in Python.
-    """
+    """Warn about ``str`` attributes of a JIT plugin, which QDP 11.1 serializes from
+    freed memory (``bytes`` attributes and AOT plugins are safe)."""
     strings = [name for name, annotation in input_attrs.items() if annotation is str]
     if strings:
         logger.warning(
@@ -142,10 +124,8 @@ def _check_aot_attributes(
 ) -> None:
     """An ``aot_impl`` must declare every attribute, in the register function's order.
 
-    QDP 11.1 passes all attributes positionally to ``aot_impl`` at build time
-    (``_TemplateAOTPlugin.get_launch_params``), while its validation accepts a
-    subset: with a subset, the kernel would get other attributes' values.
-    """
+    QDP 11.1 passes all attributes positionally to ``aot_impl`` at build time, but
+    its validation accepts a subset, which would feed the kernel wrong values."""
     if plugin_def.aot_impl_func is None:
         return
     declared = list(plugin_def.aot_impl_attr_names or [])
@@ -164,11 +144,10 @@ def _check_output_dtypes(
     layout: PluginLayout,
     plugin_id: str,
     plugin_outputs: Sequence[OutputDesc],
-    node: Optional[torch.fx.Node],
+    val: Any,
     return_lengths: Sequence[int],
 ) -> None:
     """Each plugin output's dtype must be the dtype of the op's (fake) result."""
-    val = node.meta.get("val") if node is not None else None
     if val is None:
         return
     expected = layout.flat_outputs(val)
@@ -203,14 +182,12 @@ def add_plugin_for_op(
 ) -> Any:
     """Add the plugin layer for one call of ``layout.op``; return the converter result.
 
-    The registered plugin is checked against the op's layout first (inputs by
-    name, attributes by name and type, output count, dtypes and aliasing), so
-    a mismatch is an error naming the op and both layouts, never a plugin fed
-    the wrong tensors.
+    The plugin is first checked against the op's layout (inputs, attributes, output
+    count, dtypes, aliasing): a mismatch raises, never feeds it the wrong tensors.
     """
     values = layout.bind(args, kwargs)
-    node = ctx.current_node
-    return_lengths = layout.return_lengths(node.meta.get("val") if node else None)
+    val = ctx.current_node.meta.get("val") if ctx.current_node else None
+    return_lengths = layout.return_lengths(val)
     plugin_inputs = layout.validate_plugin(
         plugin_id,
         plugin_def.input_tensor_names,
@@ -232,8 +209,7 @@ def add_plugin_for_op(
                 f"plugin ({plugin_id}) needs a tensor for every input"
             )
         tensors[arg] = get_trt_tensor(ctx, values[arg], f"{arg}_{unique_id}")
-    # QDP takes its inputs in its register function's order, and attributes as
-    # keyword arguments in that order
+    # QDP takes inputs, then attributes (by keyword), in the register function's order
     inputs = [tensors[arg] for arg in plugin_inputs]
     attrs = {attr: coerce_attr(attr, values[attr]) for attr in plugin_def.input_attrs}
 
@@ -241,7 +217,7 @@ def add_plugin_for_op(
     layout.validate_aliasing(
         plugin_id, [a for _, a in plugin_outputs], return_lengths, plugin_inputs
     )
-    _check_output_dtypes(layout, plugin_id, plugin_outputs, node, return_lengths)
+    _check_output_dtypes(layout, plugin_id, plugin_outputs, val, return_lengths)
 
     layer = ctx.net.add_plugin(plugin(*inputs, **attrs), aot=use_aot)
     assert layer, f"{plugin_id} plugin layer was not able to be created"

@@ -1,26 +1,18 @@
-"""Plugin I/O layout derived from the op schema.
+"""TensorRT plugin I/O layout, derived from a ``torch.library.custom_op`` schema.
 
-The torch schema of a ``torch.library.custom_op`` is the source of truth for the
-TensorRT plugin that implements it:
+- **inputs**: every ``Tensor`` / ``Tensor?`` argument, in schema order; every other
+  argument is a plugin attribute, taken by name (keyword-only args and defaults work);
+- **outputs**: the op's returns in order (a ``Tensor[]`` return gives as many outputs
+  as the fake implementation returns for it), then one per mutated argument
+  (``Tensor(a!)``), in schema order, aliased to that argument's input
+  (``X.aliased()`` in the plugin's register function).
 
-- **inputs**: every ``Tensor`` / ``Tensor?`` argument, in schema order, is a plugin
-  input tensor; every other argument is a plugin attribute, taken by name (so
-  keyword-only arguments and defaults work);
-- **outputs**: the op's own returns, in order (a ``Tensor[]`` return contributes
-  as many outputs as the op's fake implementation returns for it), then one
-  output per mutated tensor argument (``Tensor(a!)``), in schema order, aliased
-  to that argument's input (``X.aliased()`` in the plugin's register function).
-
-The converter returns the plugin outputs in the converter convention for
-mutating ops (see ``conversion/_functionalized_op.py``): the op's returns, then
-the new value of each mutated argument, which *is* the aliased output. A torch
-in-place op returns ``None``; the TensorRT in-place plugin returns the aliased
-tensor; this layout is the translation between the two.
+The converter returns them as ``conversion/_functionalized_op.py`` expects (returns,
+then new values): the aliased output *is* the new value of the mutated argument.
 """
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -29,8 +21,6 @@ from torch_tensorrt.dynamo.conversion._functionalized_op import (
     FunctionalizedOp,
     mutated_arguments,
 )
-
-logger = logging.getLogger(__name__)
 
 TENSOR = "Tensor"
 TENSOR_LIST = "Tensor[]"
@@ -111,7 +101,7 @@ class PluginLayout:
         return bool(self.mutated)
 
     def bind(self, args: Sequence[Any], kwargs: Dict[str, Any]) -> Dict[str, Any]:
-        """Argument values by schema name, from a call's args and kwargs, with defaults."""
+        """Argument values by schema name, from args, kwargs and defaults."""
         values: Dict[str, Any] = {}
         for i, arg in enumerate(self.op._schema.arguments):
             if not arg.kwarg_only and i < len(args):
@@ -125,12 +115,9 @@ class PluginLayout:
         return values
 
     def split_result(self, result: Any) -> Tuple[Tuple[Any, ...], List[Any]]:
-        """``(returns, new values)`` of a call's result.
-
-        ``result`` is what the op returns (a bare value for one return), or for
-        the functional form of a mutating op its returns followed by the new
-        value of each mutated argument, as ``meta["val"]`` of the node holds it.
-        """
+        """``(returns, new values)`` of ``result``: what the op returns (a bare value
+        for one return) or, for a mutating op, ``(*returns, *new_values)`` as in
+        ``meta["val"]`` of its functionalized node."""
         if self.mutated:
             n = len(self.returns)
             return tuple(result[:n]), list(result[n:])
@@ -149,9 +136,8 @@ class PluginLayout:
     def return_lengths(self, node_val: Any) -> List[int]:
         """Outputs per schema return: 1 per Tensor, the list's length per Tensor[].
 
-        ``node_val`` is ``meta["val"]`` of the node being converted (see
-        :meth:`split_result`). It is only read for ``Tensor[]`` returns.
-        """
+        ``node_val`` (``meta["val"]`` of the converted node) is read only for
+        ``Tensor[]`` returns."""
         if TENSOR_LIST not in self.returns:
             return [1] * len(self.returns)
         lengths = []
@@ -168,12 +154,8 @@ class PluginLayout:
         return lengths
 
     def fake_outputs(self, args: Sequence[Any], kwargs: Dict[str, Any]) -> List[Any]:
-        """The plugin's outputs as computed by the op's fake implementation.
-
-        Call under a ``FakeTensorMode`` with fake tensors. Own returns come first
-        (a ``Tensor[]`` return flattened), then the new value of each mutated
-        argument, which has that argument's shape and dtype.
-        """
+        """The plugin's outputs (:meth:`flat_outputs`) from the op's fake
+        implementation; call under a ``FakeTensorMode`` with fake tensors."""
         target = FunctionalizedOp(self.op) if self.mutated else self.op
         return self.flat_outputs(target(*args, **kwargs))
 
@@ -199,11 +181,9 @@ class PluginLayout:
     ) -> Tuple[str, ...]:
         """The schema argument feeding each input of a registered plugin, by name.
 
-        A register function may list its tensors in any order: each plugin
-        input takes the tensor argument of the same name (compared exactly, or
-        case-insensitively when that is unambiguous, e.g. ``x`` for ``X``).
-        Inputs are never matched by position, so a register function that
-        lists its tensors in another order cannot silently swap them.
+        Names are compared exactly, or case-insensitively when unambiguous (``x``
+        for ``X``); never by position, so a register function listing its tensors
+        in another order cannot silently swap them.
         """
         plugin_names = list(input_tensor_names)
         schema_names = list(self.tensor_args)
@@ -232,16 +212,11 @@ class PluginLayout:
         num_outputs: int,
         return_lengths: Sequence[int],
     ) -> Tuple[str, ...]:
-        """Check a registered plugin's inputs, attributes and output count against the schema.
+        """Check a plugin's inputs, attributes and output count against the schema.
 
-        ``input_attrs`` maps each plugin attribute to its annotation (QDP's
-        ``PluginDef.input_attrs``). Every non-tensor argument must be an
-        attribute (a value the plugin does not take would be dropped) and every
-        attribute an argument, of a type that can carry it: the same Python
-        type, or a one-element NumPy array
-        (``numpy.ndarray[typing.Any, numpy.dtype[...]]``).
-        Returns the schema argument feeding each plugin input
-        (:meth:`match_plugin_inputs`).
+        Every non-tensor argument must be an attribute of the same Python type (or a
+        one-element NumPy array) and vice versa. Returns the schema argument per
+        plugin input (:meth:`match_plugin_inputs`).
         """
         # the converter module reads QDP annotations; imported here, as it imports us
         from torch_tensorrt.dynamo.conversion.plugins._generate_plugin_converter import (
@@ -326,8 +301,7 @@ class PluginLayout:
         """Plugin outputs -> the converter's result (the op's returns, then new values).
 
         A ``Tensor[]`` return is grouped into a list. An op that mutates nothing and
-        has one return gives that return itself (a tensor, or the list), which is
-        what the graph's ``getitem`` nodes index.
+        has one return gives that return itself, which the ``getitem`` nodes index.
         """
         if len(outputs) != len(self.outputs(return_lengths)):
             raise RuntimeError(

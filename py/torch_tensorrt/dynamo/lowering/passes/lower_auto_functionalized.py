@@ -1,14 +1,10 @@
 """Lower ``auto_functionalized(_v2)`` onto the mutating op's own converter (#4240).
 
-No converter handles these higher-order ops, so the op never reached its converter
-and its mutation was dropped. Each becomes a call of ``FunctionalizedOp`` with the
-op's own arguments and the same values, so the ``copy_`` write-backs keep their
-meaning; an argument ``auto_functionalized_v2`` passes as a view of a base (a slice
-or a strided view) is that view, and the new base that view's new value scattered
-into the old one. It stays (in PyTorch) when the op has no converter, or writes a
-list of tensors, or two arguments of one tensor that may overlap (their order of
-writing would matter). Each write-back gets its value's metadata, without which
-symbolic shape capture fails on a returned mutated input.
+Each becomes a ``FunctionalizedOp`` call with the op's own arguments, so the ``copy_``
+write-backs keep their meaning; a v2 argument passed as a view of a base is that view,
+and the new base its new value scattered into the old one. What stays in PyTorch: an
+op with no converter, or :func:`_why_not_lowered`. Each write-back gets its value's
+metadata, without which symbolic shape capture fails on a returned mutated input.
 """
 
 from __future__ import annotations
@@ -261,13 +257,8 @@ def lower_auto_functionalized(
 
 
 def refuse_ops_left_to_pytorch(gm: torch.fx.GraphModule) -> None:
-    """Raise for a mutating op :func:`lower_auto_functionalized` left to PyTorch.
-
-    A standalone engine has no PyTorch around it to run such an op, whose
-    mutation would otherwise end in the interpreter's "not supported" error
-    with no reason. Raises ``ValueError`` with the reason (naming the op and
-    the argument).
-    """
+    """Raise ``ValueError`` for a mutating op :func:`lower_auto_functionalized` left
+    to PyTorch, with its reason: a standalone engine cannot run it."""
     for node in gm.graph.nodes:
         reason = node.meta.get(RUNS_IN_PYTORCH)
         if reason is not None:

@@ -1,32 +1,19 @@
 """Put every state update ``IKVCacheUpdateLayer`` can make on that layer.
 
-The layer writes a contiguous run of positions along axis 2 of a ``[B, H, S, D]``
-cache that is a network input, in place, from a start position per batch row
-(``[B]`` write indices). A contiguous state of any rank written along one axis
-is such a cache once it is seen as ``[B', H', S, D']`` (:func:`kv_layer_view`):
-the dimensions before the axis become ``B' x H'``, those after it ``D'``. Seeing
-a contiguous tensor that way is a view, with no copy.
-
-For each state update the layer can make (:func:`plan_kv_state_write`), this pass
-rewrites the write into the layer's form::
+The layer writes a contiguous run along axis 2 of a ``[B, H, S, D]`` network
+input in place. A contiguous state written along one axis is such a cache seen
+as ``[B', H', S, D']`` (:func:`kv_layer_view`), a view with no copy. Each write
+the state plan puts in place is rewritten into that form::
 
     state4 = aten.reshape(state, [B', H', S, D'])  # meta STATE_VIEW "input"
     new4 = aten.reshape(new, [B', H', n, D'])
     written = aten.slice_scatter(state4, new4, 2, p, p + n)   # or index_copy
     aten.view(written, state.shape)               # meta STATE_VIEW "output"
 
-The write carries ``KV_STATE_WRITE``, with which the converters take it on the
-layer at any batch size (also a dynamic one) and with a start known only at run
-time (a slice at a symbolic start, an ``index_copy`` position). The two views
-marked ``STATE_VIEW`` are the engine's boundary: ``compile()``'s partitioners
-leave them to PyTorch, so the engine's input and its aliased output are the
-caller's memory seen in the layer's form; a standalone engine declares the input
-in that form instead (:func:`declare_state_views`), and its alias map gives both
-shapes. A reader of the new state inside the engine reads it through a view of
-its own, unmarked.
-
-A write the layer cannot make keeps its form and is copied back; the reason is
-logged at debug level.
+The write carries ``KV_STATE_WRITE`` for the converters. The ``STATE_VIEW``
+views are the engine's boundary: ``compile()``'s partitioners leave them to
+PyTorch; a standalone engine declares its input in that form
+(:func:`declare_state_views`).
 """
 
 from __future__ import annotations
@@ -61,14 +48,9 @@ def _call(
 
 
 def _new_values(graph: torch.fx.Graph, plan: KVStateWrite) -> torch.fx.Node:
-    """The write's new values, without slice assignment's shape-only ``aten.copy``.
-
-    ``state[:, p:p+n] = new`` is ``slice_scatter(state, copy(slice(state), new))``
-    once functionalized; the ``copy`` reads only the slice's shape and dtype (of
-    the state, which would otherwise stay an engine input of its own beside its
-    view): it is ``new`` cast to the state's dtype (an fp16 state written with a
-    float32 update) and broadcast to the slice's shape.
-    """
+    """The write's new values without slice assignment's ``aten.copy``, which reads
+    only the slice's shape and dtype: ``new`` cast to the state's dtype and
+    broadcast to the slice's shape."""
     source = plan.source
     if not (source.target is torch.ops.aten.copy.default and len(source.args) > 1):
         return source
@@ -157,18 +139,15 @@ def _rewrite(gm: torch.fx.GraphModule, plan: KVStateWrite) -> None:
     # The new state, in the state's own shape: once for what leaves the engine
     # (the write-back into the state, an output), once for readers inside it
     with graph.inserting_after(written):
-        inner_view = _call(
-            graph,
-            torch.ops.aten.view.default,
-            (written, shape_args),
-            write.meta["val"],
-        )
-        boundary_view = _call(
-            graph,
-            torch.ops.aten.view.default,
-            (written, shape_args),
-            write.meta["val"],
-        )
+        inner_view, boundary_view = [
+            _call(
+                graph,
+                torch.ops.aten.view.default,
+                (written, shape_args),
+                write.meta["val"],
+            )
+            for _ in range(2)
+        ]
         boundary_view.meta[STATE_VIEW] = {"role": "output", "input": plan.cache.name}
     for user in list(write.users):
         leaves = user.op == "output" or is_write_back(user)
@@ -179,14 +158,8 @@ def _rewrite(gm: torch.fx.GraphModule, plan: KVStateWrite) -> None:
 def view_state_writes_in_kv_cache_form(
     gm: torch.fx.GraphModule, settings: CompilationSettings
 ) -> torch.fx.GraphModule:
-    """Rewrite each state update ``IKVCacheUpdateLayer`` can make into its form.
-
-    See the module docstring. A ``slice_scatter`` or ``index_copy`` of an engine
-    input that the layer cannot take is left as it is, with the reason at debug
-    level.
-    """
-    _, writes = plan_state_updates(gm)
-    rewritten: List[str] = []
+    """Rewrite each state update ``IKVCacheUpdateLayer`` can make into its form."""
+    writes = plan_state_updates(gm)
     for plan in writes:
         logger.debug(
             "%s: state %s %s is updated in place by IKVCacheUpdateLayer (%s)",
@@ -196,8 +169,7 @@ def view_state_writes_in_kv_cache_form(
             plan.view,
         )
         _rewrite(gm, plan)
-        rewritten.append(plan.cache.name)
-    if rewritten:
+    if writes:
         gm = clean_up_graph_after_modifications(gm)
         logger.debug(f"Graph after viewing state writes in KV-cache form:\n{gm.graph}")
     return gm
