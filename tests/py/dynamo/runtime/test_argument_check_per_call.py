@@ -133,6 +133,14 @@ class TestOneComparisonForTheSameTensors(TestCase):
         with self.assertRaisesRegex(RuntimeError, "'layer_0.k'.*'u'"):
             check.check(root, [torch.tensor([1]), u])
 
+    def test_two_buffers_overlapping_in_a_call_of_numbers_are_named(self):
+        root, check = self._with_buffers(1)
+        root.layer_0.v = root.layer_0.k[1:]
+        with self.assertRaisesRegex(
+            RuntimeError, "buffer 'layer_0.k' in place and buffer 'layer_0.v' shares"
+        ):
+            check.check(root, [1, 2.0])
+
     def test_copies_and_pickles_do_not_carry_the_last_call(self):
         check, module = _check(1), torch.nn.Module()
         check.check(module, [torch.tensor([1]), torch.zeros(3), torch.zeros(4)])
