@@ -93,6 +93,26 @@ class TestLowerAutoFunctionalized(TestCase):
             )
         self.assertEqual(results[0].aliased_io, {"cache_new": ("cache", "user")})
 
+    @unittest.skipIf(
+        torch.cuda.is_available() or not ENABLED_FEATURES.tensorrt_rtx,
+        "Builds the engines on a host without a GPU (TensorRT-RTX)",
+    )
+    def test_compiled_module_records_the_alias_under_either_partitioner(self):
+        from test_compile_with_stand_in_engines import compile_on_cpu
+
+        for full in (True, False):
+            for fast in (True, False):
+                with self.subTest(require_full_compilation=full, fast_partitioner=fast):
+                    _, built = compile_on_cpu(
+                        self,
+                        WriteRows(),
+                        _inputs(),
+                        require_full_compilation=full,
+                        use_fast_partitioner=fast,
+                    )
+                    aliases = [v for e in built for v in e.aliased_io.values()]
+                    self.assertEqual(aliases, [("cache", "user")])
+
     @unittest.skipIf(not torch.cuda.is_available(), "Runs an engine: needs a GPU")
     def test_compiled_module_updates_the_input_in_place(self):
         cache, rows, pos = _inputs("cuda")
