@@ -3,7 +3,8 @@
 :func:`check_scalar_argument` refuses, before anything runs, an argument that is
 neither a tensor nor a number; :func:`wrong_argument`, asked only after the
 engine refused a call, names the first tensor whose dtype, rank or static
-dimension is not the engine's.
+dimension is not the engine's; :func:`outside_profile` is the runtime's sentence
+for a shape TensorRT refused.
 """
 
 from __future__ import annotations
@@ -68,3 +69,14 @@ def wrong_argument(
                 "that shape (the shape the module was compiled for)"
             )
     return None
+
+
+def outside_profile(
+    engine: str, binding: str, shape: Sequence[int], low: Any, high: Any
+) -> str:
+    """Input ``binding`` has ``shape``, outside the profile from ``low`` to ``high``."""
+    return (
+        f"Input '{binding}' of TensorRT engine '{engine}' has shape {list(shape)}, "
+        f"outside the engine's profile (min {list(low)}, max {list(high)}): pass a "
+        "tensor of a shape within it"
+    )

@@ -117,7 +117,7 @@ class TestShapeTheEngineRefuses(TestCase):
     engine: TensorRT's own refusal runs in ``TestCompiledModuleCall``)."""
 
     def _engine(self, low, high):
-        engine = types.SimpleNamespace(
+        return types.SimpleNamespace(
             name="e",
             _input_binding_infos=[_InputBindingInfo("x", torch.float32, False, False)],
             _bound_addresses=[],
@@ -130,8 +130,6 @@ class TestShapeTheEngineRefuses(TestCase):
                 get_tensor_profile_shape=lambda name, profile: (low, low, high)
             ),
         )
-        engine._shape_refused = types.MethodType(TRTEngine._shape_refused, engine)
-        return engine
 
     def test_a_shape_outside_the_profile_is_named(self):
         for low, high, shape in (((2, 4), (2, 4), (3, 4)), ((1, 4), (8, 4), (9, 4))):

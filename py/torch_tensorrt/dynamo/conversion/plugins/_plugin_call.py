@@ -59,8 +59,8 @@ def qdp_output_descs(
 
 def scalar_attributes_unsupported() -> Optional[str]:
     """Why QDP cannot create plugins with int/float/bool attributes here, or None:
-    ``tensorrt.plugin`` before TensorRT 11.4 calls ``int(array)`` on a one-element
-    array, which NumPy 2.4 rejects."""
+    ``tensorrt.plugin`` before TensorRT 11.4 calls the annotated type on a one-element
+    array (``int(array)``), which NumPy 2.4 rejects."""
     try:
         import tensorrt.plugin  # noqa: F401
     except ImportError:
