@@ -92,6 +92,8 @@ if HAVE_QDP:
         """Recording stand-in for ``INetworkDefinition`` (see the module docstring)."""
 
         class Layer:
+            type = trt.LayerType.PLUGIN_V3
+
             def __init__(self, outputs):
                 self.outputs = outputs
                 self.num_outputs = len(outputs)
@@ -103,7 +105,15 @@ if HAVE_QDP:
         def __init__(self, output_shapes=None):
             self.inputs = []
             self.plugins = []  # (aot, inputs, real plugin object)
+            self.layers = []
             self.output_shapes = output_shapes or {}
+
+        @property
+        def num_layers(self):
+            return len(self.layers)
+
+        def get_layer(self, i):
+            return self.layers[i]
 
         @property
         def num_inputs(self):
@@ -136,6 +146,7 @@ if HAVE_QDP:
                 shape = inputs[alias].shape if alias >= 0 else self.output_shapes.get(i)
                 outputs.append(StandInTensor.make(f"plugin_out_{i}", dtypes[i], shape))
             self.layer = self.Layer(outputs)
+            self.layers.append(self.layer)
             return self.layer
 
     def _creator(plugin_id):

@@ -325,6 +325,8 @@ class RecordingNetwork:
     """
 
     class Layer:
+        type = trt.LayerType.PLUGIN_V3
+
         def __init__(self, outputs):
             self.num_outputs = len(outputs)
             self.outputs = outputs
@@ -338,9 +340,18 @@ class RecordingNetwork:
         # stand-in output tensors: a name, a dtype and a shape
         self.output_types = output_types or [(trt.float32, (2, 4))] * num_outputs
         self.calls = []
+        self.layers = []  # the recorded plugin layers, after the network's own
 
     def __getattr__(self, name):
         return getattr(self._net, name)
+
+    @property
+    def num_layers(self):
+        return self._net.num_layers + len(self.layers)
+
+    def get_layer(self, i):
+        n = self._net.num_layers
+        return self._net.get_layer(i) if i < n else self.layers[i - n]
 
     def add_plugin(self, plugin_call, aot):
         self.calls.append((plugin_call, aot))
@@ -350,6 +361,7 @@ class RecordingNetwork:
                 for i, (d, s) in enumerate(self.output_types)
             ]
         )
+        self.layers.append(self.layer)
         return self.layer
 
 

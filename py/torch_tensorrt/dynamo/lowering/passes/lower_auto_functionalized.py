@@ -19,14 +19,18 @@ from torch._higher_order_ops.auto_functionalize import (
     auto_functionalized_v2,
 )
 from torch_tensorrt.dynamo._settings import CompilationSettings
+from torch_tensorrt.dynamo.conversion._ConverterRegistry import (
+    DYNAMO_CONVERTERS,
+    ConverterRegistry,
+)
 from torch_tensorrt.dynamo.conversion._functionalized_op import (
     FunctionalizedOp,
-    is_write_back,
     mutated_arguments,
 )
 from torch_tensorrt.dynamo.lowering.passes.pass_utils import (
     clean_up_graph_after_modifications,
 )
+from torch_tensorrt.dynamo.utils import is_write_back
 
 logger = logging.getLogger(__name__)
 
@@ -55,12 +59,7 @@ def _view(kwargs: Dict[str, Any], name: str) -> _View:
 
 
 def _has_converter(op: torch._ops.OpOverload, settings: CompilationSettings) -> bool:
-    # Imported here: lowering must not import the converters at module level
-    from torch_tensorrt.dynamo.conversion._ConverterRegistry import (
-        DYNAMO_CONVERTERS,
-        ConverterRegistry,
-    )
-
+    # torch_executed_ops from the settings: the registry learns them only later
     executed_in_torch = settings.torch_executed_ops
     if op in executed_in_torch or (
         ConverterRegistry.qualified_name_or_str(op) in executed_in_torch
