@@ -41,7 +41,6 @@ for op in (add_one_, forgets_):
 if QDP:
     import tensorrt.plugin as trtp
 
-    # As a user writes them: the op's returns, then X.aliased() per mutated X
     @trtp.register("inplace_plugin::add_one_")
     def _(x: trtp.TensorDesc) -> Tuple[trtp.TensorDesc]:
         return (x.aliased(),)
@@ -72,10 +71,8 @@ if QDP:
 class TestPluginFromSchema(TestCase):
     @classmethod
     def setUpClass(cls):
-        for op in ("add_one_", "axpy_", "forgets_"):
-            plugins.generate_plugin_converter(
-                f"inplace_plugin::{op}", use_aot_if_available=False
-            )
+        for op in ("add_one_", "axpy_", "forgets_"):  # JIT: no aot_impl
+            plugins.generate_plugin_converter(f"inplace_plugin::{op}")
 
     def convert(self, op, n_inputs):
         """The generated converter's outputs: (output index, aliased input)"""
