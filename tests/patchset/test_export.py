@@ -271,12 +271,9 @@ def test_one_branch_per_piece_each_patch_a_commit_with_its_tests(
             == ""
         )
     first_pr = (prs / "01-first.md").read_text()
-    assert first_pr.startswith("# The first piece\n\nPart 1 of 3 of a stack of PRs")
+    assert first_pr.startswith("# The first piece\n\nPR 1 of a stack of 3, on `")
     assert "- something a reviewer decides" in first_pr
-    assert (
-        "1. `first`: The first piece (this PR)\n2. `second`: The second piece\n"
-        in first_pr
-    )
+    assert "The second piece" not in first_pr  # each PR speaks of itself
     assert f"python -m pytest {TEST}" in first_pr
     assert sorted(os.listdir(prs)) == ["01-first.md", "02-second.md", "03-docs.md"]
 
@@ -415,16 +412,28 @@ def test_a_pr_description_is_whole(tmp_path):
     assert "Tests: tests/py/test_x.py" not in text
     assert "### 2. fix: y\n\nWhy y, after commit 1 of this PR.\n" in text
     for heading, line in (
-        ("Behaviour change", "- x is refused"),
-        ("Risk and compatibility", "- none for models without x"),
+        ("Risk", "- none for models without x"),
         ("What a reviewer must decide", "- whether commit 2 of this PR stays"),
         ("Upstream work it overlaps", "- #1 does part of commit 1 of this PR"),
         ("Verified", "- CPU only"),
     ):
         assert f"## {heading}\n\n{line}\n" in text, heading
+    assert "x is refused" not in text  # the behaviour change is the mails' to say
     assert text.count("https://github.com/pytorch/TensorRT/issues/") >= 1
     one = export.pr_description(pieces, 1, ["all"], "main", stack=False)
-    assert "Part 1 of" not in one and "branch `all`" in one
+    assert "PR 1 of" not in one and "branch `all`" in one
+
+
+def test_a_one_patch_pr_description_is_its_mail(tmp_path):
+    """A piece of one patch: its title, then the mail's description, no heading."""
+    (tmp_path / "0001-x.patch").write_text(mail("fix: x", "", description="Why x."))
+    (tmp_path / "series").write_text("[x] The x fix\nverified: CPU\n0001-x.patch\n")
+    pieces = series.read_series(str(tmp_path), str(tmp_path / "none"))
+    text = export.pr_description(pieces, 1, ["b/01-x"], "main")
+    assert text.startswith(
+        "# The x fix\n\nPR 1 of a stack of 1, on `main`.\n\nWhy x.\n"
+    )
+    assert "###" not in text and "## Risk" not in text
 
 
 def mini_checkout(tmp_path, package_init=""):

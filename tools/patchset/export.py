@@ -385,65 +385,48 @@ def pr_description(
     base: str,
     stack: bool = True,
 ) -> str:
-    """The description of the PR of piece ``k`` (1-based), in Markdown: why (each
-    commit's whole description), the behaviour it changes, risk and
-    compatibility, what a reviewer must decide, the upstream work it overlaps,
-    its tests and where it was verified."""
+    """The description of the PR of piece ``k`` (1-based), in Markdown, short enough
+    to read in two minutes: its title, where it sits, each commit's description
+    (the mail says what and why), what a reviewer must decide, its risk, the
+    upstream work it overlaps, its tests and where it was verified. The behaviour
+    change (``change:``) is the mails' to say; the other pieces are their PRs'."""
     piece = pieces[k - 1]
     lines = [f"# {piece.title}", ""]
     if stack:
-        on = branches[k - 2] if k > 1 else base
-        first = " (review that one first)." if k > 1 else "."
-        lines.append(
-            f"Part {k} of {len(branches)} of a stack of PRs: branch "
-            f"`{branches[k - 1]}`, on top of `{on}`{first}"
-        )
+        on = f"`{branches[k - 2]}` (PR {k - 1})" if k > 1 else f"`{base}`"
+        lines.append(f"PR {k} of a stack of {len(branches)}, on {on}.")
     else:
-        lines.append(
-            f"Piece {k} of the {len(pieces)} on branch `{branches[0]}` (on `{base}`), "
-            "which holds them all; each can also be sent as its own PR."
-        )
-    lines += ["", "## Why, commit by commit", ""]
+        lines.append(f"Piece {k} of the {len(pieces)} on branch `{branches[0]}`.")
+    lines.append("")
     for i, patch in enumerate(piece.patches, 1):
-        lines += [f"### {i}. {patch.subject}", ""]
+        if len(piece.patches) > 1:
+            lines += [f"### {i}. {patch.subject}", ""]
         text = _cited(_description_without_tests(patch), pieces, k)
         if text:
             lines += [text, ""]
     if not piece.patches:
         lines += [files_message(piece.exported_files), ""]
     sections = (
-        ("Behaviour change", "change", "- None beyond the fixes above."),
-        ("Risk and compatibility", "risk", "- (not assessed)"),
-        ("What a reviewer must decide", "decide", "- (nothing beyond the code)"),
-        ("Upstream work it overlaps", "overlap", "- None known."),
+        ("What a reviewer must decide", "decide"),
+        ("Risk", "risk"),
+        ("Upstream work it overlaps", "overlap"),
+        ("Verified", "verified"),
     )
-    for title, key, default in sections:
+    for title, key in sections:
         notes = [f"- {_cited(t, pieces, k)}" for t in piece.note(key)]
-        lines += [f"## {title}", "", *(notes or [default]), ""]
-    new = [f for f in piece.exported_files if not series.is_test(f)]
-    if new:
-        lines += ["## New files", ""] + [f"- `{f}`" for f in new] + [""]
+        if notes:
+            lines += [f"## {title}", "", *notes, ""]
     tests = [t for t in piece.tests if t in piece.exported_files]
-    lines += ["## Tests", ""] + [f"- `{t}`" for t in tests]
     if tests:
-        lines += ["", "```sh", "python -m pytest " + " ".join(tests), "```"]
-    else:
-        lines.append("- none of its own; the tests of the pieces after it use it")
-    verified = [f"- {_cited(t, pieces, k)}" for t in piece.note("verified")]
-    lines += ["", "## Verified", "", *(verified or ["- (not recorded)"])]
+        lines += ["## Tests", "", "```sh", "python -m pytest " + " ".join(tests)]
+        lines += ["```", ""]
     related = list(piece.depends_on)
     for patch in piece.patches:
         for key in ("Bug", "Bug-Related"):
             related += [url for url in patch.field(key) if url not in related]
     if related:
-        lines += ["", "## Related", ""] + [f"- {url}" for url in related]
-    if stack:
-        lines += ["", "## The stack, part by part", ""]
-        lines += [
-            f"{j}. `{p.id}`: {p.title}" + (" (this PR)" if j == k else "")
-            for j, p in enumerate(pieces, 1)
-        ]
-    return "\n".join(lines) + "\n"
+        lines += ["Related: " + ", ".join(related)]
+    return "\n".join(lines).rstrip("\n") + "\n"
 
 
 def make_base(dest: str, flavour: str = "standard") -> str:

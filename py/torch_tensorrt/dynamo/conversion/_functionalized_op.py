@@ -14,7 +14,6 @@ from __future__ import annotations
 import operator
 from typing import Any, Callable, Dict, List, Sequence, Tuple
 
-import tensorrt as trt
 import torch
 from torch_tensorrt.dynamo.utils import is_write_back  # noqa: F401 (imported from here)
 
@@ -198,6 +197,20 @@ def record_in_place_outputs(
         )
 
 
+def why_not_written_in_place(ctx: Any, tensor: Any) -> str:
+    """Why TensorRT does not compute ``tensor`` in an input's memory, as it does for
+    a plugin's aliased output (the plugin converter checks the declaration) and for
+    IKVCacheUpdateLayer's; empty when it does."""
+    for i in range(ctx.net.num_layers):
+        layer = ctx.net.get_layer(i)
+        if any(
+            layer.get_output(j).name == tensor.name for j in range(layer.num_outputs)
+        ):
+            kind = str(layer.type.name)
+            return "" if kind in ("PLUGIN_V3", "KV_CACHE_UPDATE") else f"a {kind} layer"
+    return "no layer"
+
+
 def _check_in_place_binding(
     ctx: Any,
     op: FunctionalizedOp,
@@ -208,21 +221,13 @@ def _check_in_place_binding(
 ) -> None:
     """Raise if ``output`` cannot be bound to the memory of ``network_input``."""
     binding = network_input.name
-    # TensorRT writes an input's memory only as a plugin's aliased output (which
-    # the plugin converter checks) or IKVCacheUpdateLayer's
-    layers = [ctx.net.get_layer(i) for i in range(ctx.net.num_layers)]
-    outputs = lambda layer: {layer.get_output(j).name for j in range(layer.num_outputs)}
-    layer = next((layer for layer in layers if output.name in outputs(layer)), None)
-    if layer is None or layer.type not in (
-        trt.LayerType.PLUGIN_V3,
-        trt.LayerType.KV_CACHE_UPDATE,
-    ):
+    reason = why_not_written_in_place(ctx, output)
+    if reason:
         raise ValueError(
             f"The converter of {op.op} declares requires_aliased_plugin_io, but "
-            f"computes the new value of input '{binding}' with "
-            f"{f'a {layer.type.name}' if layer else 'no'} layer reading it in place; "
-            "only a plugin output aliased to the input or IKVCacheUpdateLayer "
-            "updates an input in place"
+            f"computes the new value of input '{binding}' with {reason}; only a "
+            "plugin output aliased to the input or IKVCacheUpdateLayer updates an "
+            "input in place"
         )
     if output.dtype != network_input.dtype or tuple(output.shape) != tuple(
         network_input.shape

@@ -662,10 +662,11 @@ class TestAliasedPluginIoBuilderFlag(TestCase):
         return config.get_preview_feature(trt.PreviewFeature.ALIASED_PLUGIN_IO_10_03)
 
     def test_set_only_when_a_converter_declares_it(self):
-        class Mutating(torch.nn.Module):
+        class Mutating(torch.nn.Module):  # an intermediate: no input in place
             def forward(self, x):
-                torch.ops.trt_layout.add_one_(x)
-                return x * 2
+                y = x * 2
+                torch.ops.trt_layout.add_one_(y)
+                return y
 
         class Plain(torch.nn.Module):
             def forward(self, x):
