@@ -160,9 +160,9 @@ class TestStandaloneEngines(TestCase):
             def forward(self, x):
                 torch.ops.trt_mut.scale_(x)
 
-        with self.assertRaisesRegex(  # the standalone path wraps converter errors
-            RuntimeError,
-            r"The converter of trt_mut\.scale_\.default declares "
+        with self.assertRaisesRegex(
+            ValueError,
+            r"^The converter of trt_mut\.scale_\.default declares "
             r"requires_aliased_plugin_io, but computes the new value of input 'x' "
             r"with a ELEMENTWISE layer",
         ):
