@@ -464,19 +464,38 @@ def read_alias_map(source: Any) -> List[WriteBack]:
     is an :class:`AliasMapError` naming the entry and what was expected. Check
     the map against its engine with :func:`check_alias_map_against_engine`.
     """
-    if isinstance(source, (str, os.PathLike)):
-        try:
-            with open(source, encoding="utf-8") as f:
-                text = f.read()
-        except OSError as e:
-            raise AliasMapError(
-                f"read_alias_map: cannot read the alias map '{source}' "
-                f"({e.strerror or e}); give the path that alias_map_path wrote"
-            ) from None
-        try:
-            source = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise AliasMapError(f"alias map '{source}' is not JSON: {e}") from e
+    if not isinstance(source, (str, os.PathLike)):
+        return _alias_map_entries(source)
+    try:
+        with open(source, encoding="utf-8") as f:
+            text = f.read()
+    except OSError as e:
+        raise AliasMapError(
+            f"read_alias_map: cannot read the alias map '{source}' "
+            f"({e.strerror or e}); give the path that alias_map_path wrote"
+        ) from None
+    except UnicodeDecodeError:
+        raise AliasMapError(
+            f"read_alias_map: '{source}' is not text, so not an alias map (an engine "
+            "file?); give the JSON file that alias_map_path wrote"
+        ) from None
+    try:
+        loaded = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise AliasMapError(
+            f"read_alias_map: '{source}' is not JSON ({e.msg}: line {e.lineno}, "
+            f"column {e.colno}; cut short?); build the engine again with "
+            "alias_map_path to write it"
+        ) from None
+    try:
+        return _alias_map_entries(loaded)
+    except AliasMapError as e:  # the file's name first, then what is wrong in it
+        what = str(e).removeprefix("read_alias_map: ")
+        raise AliasMapError(f"read_alias_map: '{source}': {what}") from None
+
+
+def _alias_map_entries(source: Any) -> List[WriteBack]:
+    """The checked entries of an alias map already loaded (:func:`read_alias_map`)."""
     if not isinstance(source, Mapping):
         raise AliasMapError(
             f"read_alias_map: the alias map is {described(source)}; expected the "
@@ -484,7 +503,9 @@ def read_alias_map(source: Any) -> List[WriteBack]:
         )
     unknown = sorted(set(source) - set(_MAP_KEYS))
     if unknown:
-        raise AliasMapError(f"alias map has unknown key(s) {unknown}")
+        raise AliasMapError(
+            f"alias map has unknown key(s) {unknown}; expected only {list(_MAP_KEYS)}"
+        )
     if source.get("format") != ALIAS_MAP_FORMAT:
         raise AliasMapError(
             f"alias map format is {source.get('format')!r}; expected "

@@ -43,6 +43,17 @@ MAP = {
     "aliases": [{"output": "x_new", "input": "x", "update": "copy"}],
 }
 ENTRIES = [WriteBack("x", "x_new")]
+FILES = tempfile.mkdtemp()
+
+
+def _file(name, data):
+    """A file a user might hand read_alias_map by mistake."""
+    path = os.path.join(FILES, name)
+    with open(path, "wb") as f:
+        f.write(data)
+    return path
+
+
 ENGINE_BYTES = b"\x00" * 64
 
 
@@ -135,6 +146,26 @@ CASES = [
         "",
         lambda: read_alias_map(tempfile.gettempdir()),
         "Is a directory",
+    ),
+    (
+        "read_alias_map",
+        "",
+        lambda: read_alias_map(_file("model.engine", b"ftrt\xff\x00\x9c" * 8)),
+        "model.engine' is not text",
+    ),
+    (
+        "read_alias_map",
+        "",
+        lambda: read_alias_map(_file("cut.json", json.dumps(MAP).encode()[:40])),
+        "cut.json' is not JSON",
+    ),
+    (
+        "read_alias_map",
+        "",
+        lambda: read_alias_map(
+            _file("extra.json", json.dumps({**MAP, "engine": "m"}).encode())
+        ),
+        "extra.json': alias map has unknown key(s) ['engine']; expected only",
     ),
 ]
 
