@@ -198,9 +198,8 @@ def record_in_place_outputs(
 
 
 def why_not_written_in_place(ctx: Any, tensor: Any) -> str:
-    """Why TensorRT does not compute ``tensor`` in an input's memory, as it does for
-    a plugin's aliased output (the plugin converter checks the declaration) and for
-    IKVCacheUpdateLayer's; empty when it does."""
+    """Why TensorRT does not compute ``tensor`` in an input's memory, as for a plugin's
+    aliased output (checked by the plugin converter) or IKVCacheUpdateLayer's."""
     for i in range(ctx.net.num_layers):
         layer = ctx.net.get_layer(i)
         if any(
