@@ -129,15 +129,6 @@ def unsupported_value_error(node: Any, value: Any, graph_name: str) -> RuntimeEr
     )
 
 
-def no_outputs_error(output_args: List[Any], graph_name: str) -> RuntimeError:
-    """The error for a graph without a tensor output."""
-    return RuntimeError(
-        f"Failed to extract symbolic shape expressions: {_describe_graph(graph_name)} "
-        f"has no tensor outputs (outputs: {output_args}); a TensorRT engine needs "
-        "at least one."
-    )
-
-
 def describe_node(node: Any, graph_name: str) -> str:
     """``node 'name' (op target) in graph partition 'graph_name'``"""
     if not isinstance(node, torch.fx.Node):
