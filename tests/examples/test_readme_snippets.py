@@ -68,6 +68,16 @@ def test_the_files_have_the_blocks_this_test_knows():
     assert len(blocks("json", MUTATING_OPS)) == 1
 
 
+def test_the_readme_example_is_the_example_file():
+    """One record: the README shows examples/dynamo/model_with_state.py as it is."""
+    (code,) = blocks("python")
+    path = os.path.join(ROOT, "examples", "dynamo", "model_with_state.py")
+    with open(path, encoding="utf-8") as f:
+        _, _, example = f.read().partition('"""\n\n')  # after its gallery header
+    assert code == example
+    assert "python examples/dynamo/model_with_state.py" in open(README).read()
+
+
 def test_the_readme_is_short():
     with open(README, encoding="utf-8") as f:
         assert len(f.read().splitlines()) <= 300
@@ -85,8 +95,11 @@ def test_the_readme_example_writes_the_engine_and_the_map_it_shows(tmp_path):
     # it shows what it did: the map's entries, and on a GPU the state advancing
     assert "buf_cache: in_place" in out.stdout, out.stdout
     assert "buf_norm: copy my.decay_.default writes it" in out.stdout, out.stdout
+    assert "wrote model.engine and model.aliases.json" in out.stdout, out.stdout
     if torch.cuda.is_available():
         assert "call 2: norm[0] = 0.125" in out.stdout, out.stdout
+    else:
+        assert "skipped the compiled module: it runs on a GPU" in out.stdout
     assert (tmp_path / "model.engine").stat().st_size > 0
     written = json.loads((tmp_path / "model.aliases.json").read_text())
     (shown,) = blocks("json")
