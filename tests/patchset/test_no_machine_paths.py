@@ -53,3 +53,24 @@ def test_tracked_files_name_no_machine_paths():
         for line in machine_paths(text)
     ]
     assert not offending, "\n".join(offending)
+
+
+def test_the_gpu_scripts_scrub_what_the_pattern_finds():
+    """tools/gpu/scrub_paths.py leaves nothing the check above would refuse."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "scrub_paths", f"{REPO_ROOT}/tools/gpu/scrub_paths.py"
+    )
+    scrub_paths = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(scrub_paths)
+    log = (
+        f"  {_absolute('opt/torch/.venv')}/lib/python3.12/site-packages/numba/x.py:31: W\n"
+        f"[gw0] linux -- Python 3.12.3 {_absolute('opt/torch/.venv')}/bin/python3\n"
+        f"written to {_absolute('tmp/tmp.abc123')}/site/torch_tensorrt/_compiler.py\n"
+        f"from {_absolute('root/.cache/torch/hub')} and {_absolute('work/main')}/README.md\n"
+    )
+    assert machine_paths(log)
+    clean = scrub_paths.scrub(log)
+    assert not machine_paths(clean), clean
+    assert "<site-packages>/numba/x.py" in clean and "<tmp>/site" in clean, clean

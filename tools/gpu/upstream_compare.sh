@@ -29,5 +29,6 @@ for wheel in base patched; do
   ) &
 done
 wait
+python3 tools/gpu/scrub_paths.py "$OUT"/upstream-*.log
 cat "$OUT/upstream-exit.txt"
 for wheel in base patched; do tail -2 "$OUT/upstream-$wheel.log"; done
