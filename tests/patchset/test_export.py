@@ -315,6 +315,26 @@ def test_the_stack_ends_before_the_first_piece_that_does_not_apply(upstream, pat
     ]
 
 
+def test_a_compat_piece_is_exported_only_onto_the_released_sources(upstream, patch_set):
+    """A ``compat-`` piece (what 2.14.0 needs, main does not) is left out unless asked."""
+    series_file = os.path.join(patch_set[0], "series")
+    with open(series_file) as f:
+        text = f.read()
+    with open(series_file, "w") as f:
+        f.write(text.replace("[second]", "[compat-second]"))
+    export.export(str(upstream), "onto-main", True, *patch_set)
+    assert git(upstream, "branch", "--list", "onto-main/*").split() == [
+        "onto-main/01-first",
+        "onto-main/02-docs",
+    ]
+    export.export(str(upstream), "base", True, *patch_set, with_compat=True)
+    assert git(upstream, "branch", "--list", "base/*").split() == [
+        "base/01-first",
+        "base/02-compat-second",
+        "base/03-docs",
+    ]
+
+
 def test_a_patch_already_merged_upstream_is_named_as_such(upstream, patch_set):
     series.apply_patch(
         series.Patch(os.path.join(patch_set[0], "0001-enums-two-hunks.patch")),
@@ -528,7 +548,8 @@ def test_the_repository_series_exports_onto_the_released_2_14_0_sources(tmp_path
     base = tmp_path / "base"
     export.make_base(str(base), "standard")
     pieces = series.read_series()
-    export.export(str(base), "inplace", True)
+    assert any(p.is_compat for p in pieces)
+    export.export(str(base), "inplace", True, with_compat=True)
     branches = git(
         base, "branch", "--list", "inplace/*", "--format=%(refname:short)"
     ).split()

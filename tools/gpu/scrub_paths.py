@@ -13,7 +13,10 @@ import sys
 
 _RULES = [
     (re.compile(r"(?<![\w.<])/[\w./+-]*?/site-packages(?=/|\b)"), "<site-packages>"),
-    (re.compile(r"(?<![\w.<])/(?:opt|root|home/\w+|work)/[\w.+-]*\.?venv[\w.-]*"), "<venv>"),
+    (
+        re.compile(r"(?<![\w.<])/(?:opt|root|home/\w+|work)/[\w.+-]*\.?venv[\w.-]*"),
+        "<venv>",
+    ),
     (re.compile(r"(?<![\w.<])/tmp/[\w.+-]+"), "<tmp>"),
     (re.compile(r"(?<![\w.<])/(?:root|home/[\w.-]+|Users/[\w.-]+)(?=/|\b)"), "<home>"),
     (re.compile(r"(?<![\w.<])/(?:opt|work)/[\w.+-]+"), "<machine>"),

@@ -15,8 +15,8 @@ from . import (
     prefixes,
     series,
     tree,
+    wheelbuild,
 )
-from . import wheelbuild
 
 FLAVOUR_CHOICES = ["standard", "rtx"]
 
@@ -53,7 +53,15 @@ def _cmd_check(args: argparse.Namespace) -> str:
 def _cmd_export(args: argparse.Namespace) -> str:
     prs, verify, test = args.pr_descriptions, args.verify_imports, args.test_pieces
     return export.export(
-        args.checkout, args.branch, args.stack, None, None, prs, verify, test
+        args.checkout,
+        args.branch,
+        args.stack,
+        None,
+        None,
+        prs,
+        verify,
+        test,
+        args.with_compat,
     )
 
 
@@ -133,6 +141,9 @@ def main(argv: List[str]) -> int:
     p.add_argument("--pr-descriptions", metavar="DIR", help="a PR description each")
     p.add_argument("--verify-imports", metavar="PYTHON", help="import each commit")
     p.add_argument("--test-pieces", metavar="PYTHON", help="test each piece")
+    p.add_argument(
+        "--with-compat", action="store_true", help="compat- pieces too (onto 2.14.0)"
+    )
 
     def base(args: argparse.Namespace) -> str:
         return export.make_base(args.dest, args.flavour)

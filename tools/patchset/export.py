@@ -9,7 +9,7 @@ import sys
 import tempfile
 from typing import Callable, List, Optional, Sequence, Tuple
 
-from . import PatchsetError, REPO_ROOT, git, git_env, run_git, series, tree
+from . import REPO_ROOT, PatchsetError, git, git_env, run_git, series, tree
 
 _UPSTREAM_MARKERS = ("py/torch_tensorrt/dynamo", "tests/py")
 _MAX_SUBJECT_NAMES = 3
@@ -243,8 +243,25 @@ def _register_new_files(work: str, added: List[str]) -> None:
             _commit(work, f"{subject}\n\n{body}")
 
 
+def _fetch_preimages(
+    work: str, scratch: str, patch_dir: Optional[str], root: str
+) -> bool:
+    """Give ``work`` the blobs each patch was made against (the series materialized on
+    the 2.14.0 sources), so that ``git am -3`` merges a hunk whose context upstream
+    main moved, and only a real conflict stops the export."""
+    if patch_dir or root != REPO_ROOT:
+        return  # a series other than the materialized one: plain application
+    made = os.path.join(scratch, "materialized")
+    tree.materialize(made)
+    git(work, ["fetch", "-q", made, "refs/heads/*:refs/materialized/*"])
+
+
 def _export_piece(
-    work: str, piece: series.Piece, verify: Optional[str], root: str
+    work: str,
+    piece: series.Piece,
+    verify: Optional[str],
+    root: str,
+    three_way: bool = False,
 ) -> List[str]:
     """Commit ``piece`` onto ``work``'s HEAD; return its conflicts (none: all committed)."""
     conflicts = [
@@ -256,7 +273,7 @@ def _export_piece(
         return conflicts
     for patch in piece.patches:
         adds = [f for f in patch.adds if f in piece.exported_files]
-        failed = tree.am(work, patch, adds, patch.message, root)
+        failed = tree.am(work, patch, adds, patch.message, root, three_way)
         reverse = ["apply", "--check", "-R", patch.path]
         if failed and run_git(work, reverse).returncode == 0:
             failed = ["already applied upstream (it reverse-applies cleanly)"]
@@ -285,10 +302,13 @@ def export(
     pr_dir: Optional[str] = None,
     verify_python: Optional[str] = None,
     test_python: Optional[str] = None,
+    with_compat: bool = False,
 ) -> str:
-    """Create ``branch`` (``stack``: ``branch/NN-piece`` per piece) in ``checkout``."""
+    """Create ``branch`` (``stack``: ``branch/NN-piece`` per piece) in ``checkout``;
+    ``compat-`` pieces only ``with_compat`` (a checkout of the 2.14.0 sources)."""
     root = root or REPO_ROOT
-    pieces = series.read_series(patch_dir or series.PATCH_DIR, root)
+    everything = series.read_series(patch_dir or series.PATCH_DIR, root)
+    pieces = [p for p in everything if with_compat or not p.is_compat]
     verify_python, test_python = _executable(verify_python), _executable(test_python)
     names = [f"{branch}/{k:02d}-{p.id}" for k, p in enumerate(pieces, 1)]
     top = ""
@@ -305,13 +325,14 @@ def export(
             if value := run_git(top, ["config", "--get", key]).stdout.strip():
                 git(work, ["config", key, value])
         tree.identity(work)
+        three_way = _fetch_preimages(work, scratch, patch_dir, root)
         git(work, ["checkout", "-q", "--detach", head])
         if verify_python:
             _check_environment(work, verify_python)
         for k, piece in enumerate(pieces, 1):
             where = f"piece '{piece.id}' ({k} of {len(pieces)})"
             print(f"export: {where}: applying", file=sys.stderr, flush=True)
-            conflicts = _export_piece(work, piece, verify_python, root)
+            conflicts = _export_piece(work, piece, verify_python, root, three_way)
             tests = [t for t in piece.tests if t in piece.exported_files]
             failure = None
             if not conflicts and test_python:

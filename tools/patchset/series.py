@@ -115,6 +115,9 @@ class Patch:
         return re.findall(r"^diff --git a/(\S+) b/\S+\nnew file mode ", self.diff, re.M)
 
 
+COMPAT_PREFIX = "compat-"
+
+
 @dataclass(frozen=True)
 class Piece:
     """One upstream PR: its patches, in order, and the new files they bring."""
@@ -135,6 +138,12 @@ class Piece:
     @property
     def new_files(self) -> List[str]:
         return [f for p in self.patches for f in p.adds] + list(self.files)
+
+    @property
+    def is_compat(self) -> bool:
+        """A ``compat-`` piece: what 2.14.0 needs and upstream main does not; the
+        wheel's series applies it, the export onto main skips it."""
+        return self.id.startswith(COMPAT_PREFIX)
 
     @property
     def exported_files(self) -> List[str]:

@@ -83,22 +83,26 @@ def am(
     files: Sequence[str],
     message: Optional[str],
     root: str = REPO_ROOT,
+    three_way: bool = False,
 ) -> List[str]:
     """``git am`` a patch, authored by :func:`identity` (not the mail's ``From``),
     and amend it with those of ``files`` the mail does not carry and ``message``
     (``+...``: appended to the mail's); return git's reasons if it does not apply
-    (nothing committed)."""
+    (nothing committed). ``three_way``: merge where the context moved, given the
+    blobs the patch was made against (a conflict is still a failure)."""
     first, _, rest = patch.text.partition("\n")
     head, _, body = rest.partition("\n\n")
     head = re.sub(r"^From: .*\n(?:[ \t].*\n)*", "", head + "\n", flags=re.M)
     mail = f"{first}\nFrom: {identity(work)}\n{head.rstrip()}\n\n{body}"
     carried = set(patch.created_files())
     files = [f for f in files if f not in carried]
-    result = run_git(work, ["am", "-q", "--whitespace=nowarn"], mail)
+    am_args = ["am", "-q", "--whitespace=nowarn"] + (["-3"] if three_way else [])
+    result = run_git(work, am_args, mail)
     if result.returncode != 0:
         run_git(work, ["am", "--abort"])
         output = (result.stderr + result.stdout).strip().splitlines()
         reasons = [line[7:] for line in output if line.startswith("error: ")]
+        reasons += [line for line in output if line.startswith("CONFLICT")]
         return reasons or output[-1:] or ["git am failed"]
     copy_files(work, files, root)
     if files:
