@@ -592,3 +592,43 @@ def test_a_base_that_fails_at_import_for_its_own_reason_is_left_to_the_patches(
         str(repo), "pr", False, str(out), str(tmp_path), verify_python=sys.executable
     )
     assert summary.startswith(f"created 1 branch(es) in {repo}")
+
+
+def test_three_way_merges_a_moved_context_and_names_a_real_conflict(tmp_path):
+    """``tree.am(three_way=True)``: a patch made on one version applies to another
+    whose lines near the hunk moved; a hunk whose own lines changed is a conflict,
+    named with its file (the export onto upstream main relies on both)."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "made")
+    git(repo, "config", "user.name", "t")
+    git(repo, "config", "user.email", "t@e")
+    rel = "py/torch_tensorrt/m.py"
+    os.makedirs(repo / "py/torch_tensorrt")
+    lines = [f"x{k} = {k}\n" for k in range(30)]
+    (repo / rel).write_text("".join(lines))
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "made on")
+    (repo / rel).write_text("".join(lines[:20] + ["x20 = 'patched'\n"] + lines[21:]))
+    patch_file = tmp_path / "0001-p.patch"
+    patch_file.write_text(mail("feat: p", git(repo, "diff", "--no-color")))
+    git(repo, "checkout", "-q", "--", rel)
+    patch = series.Patch(str(patch_file))
+
+    def upstream(edit_line: int, name: str) -> None:
+        git(repo, "checkout", "-q", "-b", name, "made")
+        moved = list(lines)
+        moved[edit_line] = f"x{edit_line} = 'upstream'\n"
+        (repo / rel).write_text("".join(moved))
+        git(repo, "commit", "-qam", f"upstream {name}")
+
+    upstream(18, "moved")  # inside the hunk's context: plain am refuses
+    assert tree.am(str(repo), patch, [], None)
+    assert tree.am(str(repo), patch, [], None, three_way=True) == []
+    assert "x20 = 'patched'" in (repo / rel).read_text()
+    assert "x18 = 'upstream'" in (repo / rel).read_text()
+
+    upstream(20, "changed")  # the hunk's own line: a real conflict
+    failed = tree.am(str(repo), patch, [], None, three_way=True)
+    assert any(rel in reason and "CONFLICT" in reason for reason in failed), failed
+    assert git(repo, "status", "--porcelain") == ""

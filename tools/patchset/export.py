@@ -248,12 +248,14 @@ def _fetch_preimages(
 ) -> bool:
     """Give ``work`` the blobs each patch was made against (the series materialized on
     the 2.14.0 sources), so that ``git am -3`` merges a hunk whose context upstream
-    main moved, and only a real conflict stops the export."""
+    main moved, and only a real conflict stops the export; False for another series,
+    which applies as it is."""
     if patch_dir or root != REPO_ROOT:
-        return  # a series other than the materialized one: plain application
+        return False
     made = os.path.join(scratch, "materialized")
     tree.materialize(made)
     git(work, ["fetch", "-q", made, "refs/heads/*:refs/materialized/*"])
+    return True
 
 
 def _export_piece(

@@ -96,7 +96,8 @@ def am(
     mail = f"{first}\nFrom: {identity(work)}\n{head.rstrip()}\n\n{body}"
     carried = set(patch.created_files())
     files = [f for f in files if f not in carried]
-    am_args = ["am", "-q", "--whitespace=nowarn"] + (["-3"] if three_way else [])
+    # -3 without -q: git names each file that conflicts on stdout ("CONFLICT ...")
+    am_args = ["am", "--whitespace=nowarn"] + (["-3"] if three_way else ["-q"])
     result = run_git(work, am_args, mail)
     if result.returncode != 0:
         run_git(work, ["am", "--abort"])
