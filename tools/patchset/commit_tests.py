@@ -16,7 +16,7 @@ import tempfile
 import xml.etree.ElementTree as ET
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from . import REPO_ROOT, PatchsetError, git
+from . import REPO_ROOT, PatchsetError, git, series
 
 # what a commit's tests read beside tests/ (this repository's files)
 _BESIDE = ("README.md", "docs", "examples", "tools", "pyproject.toml")
@@ -48,6 +48,9 @@ def commit_root(repo: str, commit: str, package: str, dest: str) -> Tuple[str, s
         os.makedirs(os.path.dirname(target), exist_ok=True)
         shutil.copyfile(f, target)
     shutil.rmtree(os.path.join(root, "py"))
+    for marker in series.UPSTREAM_TEST_PACKAGES:  # as upstream's tree has them
+        if os.path.isdir(os.path.dirname(os.path.join(root, marker))):
+            open(os.path.join(root, marker), "a").close()
     for name in _BESIDE:
         if os.path.exists(os.path.join(REPO_ROOT, name)):
             os.symlink(os.path.join(REPO_ROOT, name), os.path.join(root, name))

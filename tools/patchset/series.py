@@ -17,6 +17,21 @@ SERIES = "series"
 PACKAGE_PREFIX = "py/torch_tensorrt/"
 NEW_FILE_ROOTS = ("py", "tests/py", "tests/examples", "docsrc", "examples")
 LOCAL_ONLY = ("tests/examples/",)  # tests of this repository's README and example
+# The test packages upstream has (an empty ``__init__.py`` each): kept here so that
+# our tests run as upstream's CI imports them (``from .harness import ...``), never
+# a new file of ours
+UPSTREAM_TEST_PACKAGES = tuple(
+    f"tests/py/dynamo{sub}/__init__.py"
+    for sub in (
+        "",
+        "/automatic_plugin",
+        "/conversion",
+        "/lowering",
+        "/models",
+        "/partitioning",
+        "/runtime",
+    )
+)
 REQUIRED_FIELDS = ("Origin", "Forwarded", "Last-Update")
 
 NAME_RE = re.compile(r"^\d{4}-[a-z0-9][a-z0-9-]*\.patch$")
@@ -49,7 +64,8 @@ def source_files(root: str) -> List[str]:
 def new_files(root: str = REPO_ROOT) -> List[str]:
     """Every file the patch set adds to upstream, repository-relative."""
     roots = [r for r in NEW_FILE_ROOTS if os.path.isdir(os.path.join(root, r))]
-    return [f"{r}/{f}" for r in roots for f in source_files(os.path.join(root, r))]
+    found = [f"{r}/{f}" for r in roots for f in source_files(os.path.join(root, r))]
+    return [f for f in found if f not in UPSTREAM_TEST_PACKAGES]
 
 
 def is_test(path: str) -> bool:

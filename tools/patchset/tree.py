@@ -200,7 +200,8 @@ def _refuse_to_lose_work(out_root: str, tree: str, final: List[str]) -> None:
             for name in files:
                 rel = os.path.relpath(os.path.join(folder, name), out_root)
                 if rel not in wanted and not name.endswith(".pyc"):
-                    lost.append(rel)
+                    if rel not in series.UPSTREAM_TEST_PACKAGES:
+                        lost.append(rel)
     if lost:
         raise PatchsetError(
             f"refresh would delete {sorted(lost)}, which the tree {tree} lacks: "
@@ -211,6 +212,7 @@ def _refuse_to_lose_work(out_root: str, tree: str, final: List[str]) -> None:
     changed = run_git(
         out_root, ["status", "--porcelain", "--", *series.NEW_FILE_ROOTS]
     ).stdout.splitlines()
+    changed = [c for c in changed if c[3:] not in series.UPSTREAM_TEST_PACKAGES]
     overwritten = []
     for line in changed:
         rel = line[3:].strip()
@@ -310,6 +312,9 @@ def refresh(tree: str, out_root: str = REPO_ROOT) -> Tuple[int, int]:
     for rel in final:
         os.makedirs(os.path.dirname(os.path.join(out_root, rel)), exist_ok=True)
         shutil.copyfile(os.path.join(tree, rel), os.path.join(out_root, rel))
+    for marker in series.UPSTREAM_TEST_PACKAGES:  # not ours: upstream's layout
+        os.makedirs(os.path.dirname(os.path.join(out_root, marker)), exist_ok=True)
+        open(os.path.join(out_root, marker), "a").close()
     return len(patches), len(final)
 
 

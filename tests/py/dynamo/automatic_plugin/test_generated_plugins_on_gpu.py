@@ -34,7 +34,7 @@ import unittest
 
 import numpy as np
 import torch
-from test_generated_plugins_qdp import (
+from .test_generated_plugins_qdp import (
     HAVE_QDP,
     generated,
     runtime_plugin,

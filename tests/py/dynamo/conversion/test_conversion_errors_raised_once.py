@@ -10,18 +10,15 @@ those frames or a chained cause; torch.fx's note naming the node and the line of
 the user's model stays in the message.
 """
 
-import sys
 import traceback
 import unittest
-from pathlib import Path
 
 import torch
 import torch_tensorrt
 from torch.testing._internal.common_utils import TestCase, run_tests
 from torch_tensorrt.dynamo.conversion import dynamo_tensorrt_converter
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lowering"))
-from test_lower_auto_functionalized import CPU_BUILDER  # noqa: E402
+from ..lowering.test_lower_auto_functionalized import CPU_BUILDER
 
 SENTENCE = (
     "trt_refusal.scale_: argument 'x' is refused by its converter, in one sentence."

@@ -8,17 +8,14 @@ for the new value of its argument was not refused at all. Engines are built by
 TensorRT-RTX on the CPU.
 """
 
-import sys
 import unittest
-from pathlib import Path
 
 import torch
 import torch_tensorrt
 from torch.testing._internal.common_utils import TestCase, run_tests
 from torch_tensorrt.dynamo.conversion import dynamo_tensorrt_converter
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lowering"))
-from test_lower_auto_functionalized import (  # noqa: E402
+from ..lowering.test_lower_auto_functionalized import (
     CPU_BUILDER,
     NEEDS_CPU_BUILDER,
 )

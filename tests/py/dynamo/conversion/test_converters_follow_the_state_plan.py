@@ -10,9 +10,7 @@ instead of being turned into a scatter behind the plan's back. Engines are
 built by TensorRT-RTX on the CPU.
 """
 
-import sys
 import unittest
-from pathlib import Path
 
 import torch
 from torch.testing._internal.common_utils import TestCase, run_tests
@@ -24,8 +22,7 @@ from torch_tensorrt.dynamo.conversion.aten_ops_converters import (
 )
 from torch_tensorrt.dynamo.conversion.impl._kv_cache_layer import KV_STATE_WRITE
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lowering"))
-from test_lower_auto_functionalized import CPU_BUILDER  # noqa: E402
+from ..lowering.test_lower_auto_functionalized import CPU_BUILDER
 
 CPU_ONLY = (
     "Building engines without a CUDA device needs TensorRT-RTX on a host without "

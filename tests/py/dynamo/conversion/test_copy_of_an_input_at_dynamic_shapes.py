@@ -11,19 +11,16 @@ snapshot of a state, taken between a write and a custom op run in PyTorch,
 failed ``compile()``.
 """
 
-import sys
 import unittest
-from pathlib import Path
 
 import torch
 import torch_tensorrt
 from torch.testing._internal.common_utils import TestCase, run_tests
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lowering"))
-from test_compile_with_stand_in_engines import (  # noqa: E402
+from ..lowering.test_compile_with_stand_in_engines import (
     engines_built_execution_stood_in,
 )
-from test_lower_auto_functionalized import CPU_BUILDER  # noqa: E402
+from ..lowering.test_lower_auto_functionalized import CPU_BUILDER
 
 CPU_ONLY = (
     "Building engines without a CUDA device needs TensorRT-RTX on a host without "

@@ -15,17 +15,14 @@ returned twice stays one output. Engines are built by TensorRT-RTX on the CPU,
 and run on a GPU in ``TestOnGpu``.
 """
 
-import sys
 import unittest
 import unittest.mock
-from pathlib import Path
 
 import torch
 from torch.testing._internal.common_utils import TestCase, run_tests
 from torch_tensorrt.dynamo.conversion._TRTInterpreter import TRTInterpreter
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lowering"))
-from test_lower_auto_functionalized import (  # noqa: E402
+from ..lowering.test_lower_auto_functionalized import (
     CPU_BUILDER,
     _build_engine,
 )

@@ -10,17 +10,14 @@ broadcast shape [1]". The network's outputs are read from the real TensorRT
 network the interpreter marks.
 """
 
-import sys
 import unittest
 import unittest.mock
-from pathlib import Path
 
 import torch
 import torch_tensorrt
 from torch.testing._internal.common_utils import TestCase, run_tests
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lowering"))
-from test_lower_auto_functionalized import (  # noqa: E402
+from ..lowering.test_lower_auto_functionalized import (
     CPU_BUILDER,
     NEEDS_CPU_BUILDER,
 )

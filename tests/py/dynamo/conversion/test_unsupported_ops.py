@@ -5,9 +5,7 @@ No graph dump, no traceback logged before the exception raised, and the
 ``dynamo_tensorrt_converter`` call that would add the missing converter.
 """
 
-import sys
 import unittest
-from pathlib import Path
 
 import torch
 import torch_tensorrt
@@ -15,7 +13,6 @@ from torch.testing._internal.common_utils import TestCase, run_tests
 from torch_tensorrt import ENABLED_FEATURES
 
 # the lowering tests' helpers (compile_on_cpu), also when this file runs alone
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lowering"))
 
 CPU_BUILDER = not torch.cuda.is_available() and ENABLED_FEATURES.tensorrt_rtx
 
@@ -147,7 +144,7 @@ class TestErrorsNameWhatTheUserWrote(TestCase):
         self.assertNotIn("Register one", message)
 
     def test_full_compilation_names_the_op_without_a_converter(self):
-        from test_compile_with_stand_in_engines import compile_on_cpu
+        from ..lowering.test_compile_with_stand_in_engines import compile_on_cpu
 
         with self.assertRaisesRegex(
             AssertionError,

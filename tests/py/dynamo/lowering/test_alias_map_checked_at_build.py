@@ -16,7 +16,7 @@ import unittest
 
 import torch
 import torch_tensorrt
-from test_lower_auto_functionalized import CPU_BUILDER, _clone
+from .test_lower_auto_functionalized import CPU_BUILDER, _clone
 from torch.testing._internal.common_utils import TestCase, run_tests
 from torch_tensorrt.dynamo.lowering._mutation_write_backs import (
     AliasMapError,

@@ -25,10 +25,10 @@ from torch_tensorrt.dynamo.lowering._buffer_constants import (
 )
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_compile_with_stand_in_engines import (  # noqa: E402
+from .test_compile_with_stand_in_engines import (
     engines_built_execution_stood_in,
 )
-from test_lower_auto_functionalized import (  # noqa: E402
+from .test_lower_auto_functionalized import (
     CPU_BUILDER,
     NEEDS_CPU_BUILDER,
 )

@@ -15,8 +15,8 @@ import unittest
 
 import torch
 import torch_tensorrt
-from test_compile_with_stand_in_engines import compile_on_cpu
-from test_lower_auto_functionalized import (
+from .test_compile_with_stand_in_engines import compile_on_cpu
+from .test_lower_auto_functionalized import (
     BUFFER_CASES,
     CPU_BUILDER,
     NEEDS_CPU_BUILDER,
@@ -197,7 +197,7 @@ class TestModelArgumentsWithLiftedBuffers(TestCase):
     arguments (a dict, keyword arguments), as its ExportedProgram's module does."""
 
     def test_called_as_the_model_and_per_its_input_spec(self):
-        from test_compile_with_stand_in_engines import engines_built_execution_stood_in
+        from .test_compile_with_stand_in_engines import engines_built_execution_stood_in
 
         for cls, args, kwargs in _model_argument_cases():
             with self.subTest(cls.__name__):

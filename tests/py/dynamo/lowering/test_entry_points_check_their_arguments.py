@@ -15,7 +15,7 @@ import json
 import os
 import tempfile
 
-import test_state_steps
+from . import test_state_steps
 import torch
 import torch_tensorrt
 from parameterized import parameterized

@@ -13,8 +13,8 @@ import unittest
 
 import torch
 import torch_tensorrt
-from test_compile_with_stand_in_engines import compile_on_cpu
-from test_lower_auto_functionalized import (
+from .test_compile_with_stand_in_engines import compile_on_cpu
+from .test_lower_auto_functionalized import (
     CPU_BUILDER,
     _clone,
     _lowered,

@@ -21,7 +21,7 @@ import torch_tensorrt
 from torch.testing._internal.common_utils import TestCase, run_tests
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_lower_auto_functionalized import (  # noqa: E402
+from .test_lower_auto_functionalized import (
     CPU_BUILDER,
     NEEDS_CPU_BUILDER,
 )

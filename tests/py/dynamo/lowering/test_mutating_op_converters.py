@@ -136,7 +136,7 @@ class TestLowerAutoFunctionalized(TestCase):
         "Builds the engines on a host without a GPU (TensorRT-RTX)",
     )
     def test_compiled_module_records_the_alias_under_either_partitioner(self):
-        from test_compile_with_stand_in_engines import compile_on_cpu
+        from .test_compile_with_stand_in_engines import compile_on_cpu
 
         for full in (True, False):
             for fast in (True, False):

@@ -20,8 +20,8 @@ their execution stood in, against eager over three calls, outputs held.
 import unittest
 
 import torch
-from test_compile_with_stand_in_engines import compile_on_cpu
-from test_lower_auto_functionalized import CPU_BUILDER, _clone
+from .test_compile_with_stand_in_engines import compile_on_cpu
+from .test_lower_auto_functionalized import CPU_BUILDER, _clone
 from torch.testing._internal.common_utils import TestCase, run_tests
 
 CPU_ONLY = (

@@ -10,7 +10,7 @@ import unittest
 
 import torch
 import torch_tensorrt
-from test_lower_auto_functionalized import (
+from .test_lower_auto_functionalized import (
     CPU_BUILDER,
     NEEDS_CPU_BUILDER,
     USER_INPUT_CASES,

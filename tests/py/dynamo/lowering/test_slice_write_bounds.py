@@ -13,8 +13,8 @@ engine's execution stood in, against eager over several calls.
 import unittest
 
 import torch
-from test_compile_with_stand_in_engines import compile_on_cpu
-from test_lower_auto_functionalized import (
+from .test_compile_with_stand_in_engines import compile_on_cpu
+from .test_lower_auto_functionalized import (
     CPU_BUILDER,
     _build_engine,
 )

@@ -11,7 +11,7 @@ import unittest
 
 import torch
 import torch_tensorrt
-from test_lower_auto_functionalized import (
+from .test_lower_auto_functionalized import (
     CPU_BUILDER,
     NEEDS_CPU_BUILDER,
     USER_INPUT_CASES,
@@ -158,7 +158,7 @@ class TestMutatedTensorLists(TestCase):
     )
 
     def test_compile_runs_the_op_in_pytorch(self):
-        from test_compile_with_stand_in_engines import compile_on_cpu
+        from .test_compile_with_stand_in_engines import compile_on_cpu
 
         args = (torch.zeros(4), torch.zeros(4), torch.arange(4.0))
         with self.assertLogs("torch_tensorrt", level="WARNING") as logs:

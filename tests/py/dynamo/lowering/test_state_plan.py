@@ -21,9 +21,9 @@ from unittest import mock
 
 import torch
 import torch_tensorrt
-from test_compile_with_stand_in_engines import engines_built_execution_stood_in
-from test_lower_auto_functionalized import CPU_BUILDER, _clone
-from test_serialized_engine_alias_map import KvWrite
+from .test_compile_with_stand_in_engines import engines_built_execution_stood_in
+from .test_lower_auto_functionalized import CPU_BUILDER, _clone
+from .test_serialized_engine_alias_map import KvWrite
 from torch.testing._internal.common_utils import TestCase, run_tests
 from torch_tensorrt.dynamo.lowering._state_plan import (
     COPY,
@@ -374,8 +374,8 @@ class TestTheEngineCheckedAgainstThePlan(TestCase):
         """The converter of a mutating op (#4240: ``-> None``) that computes the
         state in its memory: the plan puts it in place, so the layer's alias a GPU
         engine reports, or the converter's ``user`` record, agrees with the plan."""
-        from test_lower_auto_functionalized import _lowered
-        from test_mutating_op_converters import WriteRows, _inputs
+        from .test_lower_auto_functionalized import _lowered
+        from .test_mutating_op_converters import WriteRows, _inputs
 
         gm = _lowered(WriteRows(), _inputs(), require_full_compilation=True)
         plan = state_plan(gm)
@@ -460,7 +460,7 @@ class TestAnInPlaceConvertersAliasIsThePlans(TestCase):
     of ``require_full_compilation``."""
 
     def test_recorded_from_the_row(self):
-        from test_mutating_op_converters import WriteRows, _inputs
+        from .test_mutating_op_converters import WriteRows, _inputs
 
         ep = torch.export.export(WriteRows(), _inputs())
         for full in (True, False):

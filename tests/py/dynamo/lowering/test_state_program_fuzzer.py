@@ -17,11 +17,11 @@ import tempfile
 import unittest
 import unittest.mock
 
-import state_programs
+from . import state_programs
 import torch
 import torch_tensorrt
-from test_compile_with_stand_in_engines import engines_built_execution_stood_in
-from test_lower_auto_functionalized import CPU_BUILDER
+from .test_compile_with_stand_in_engines import engines_built_execution_stood_in
+from .test_lower_auto_functionalized import CPU_BUILDER
 from torch.testing._internal.common_utils import TestCase, run_tests
 from torch_tensorrt.dynamo.conversion._TRTInterpreter import (
     UnsupportedOperatorException,

@@ -24,9 +24,9 @@ from typing import Callable, Dict, Optional, Tuple
 
 import torch
 import torch_tensorrt
-from test_compile_with_stand_in_engines import compile_on_cpu
-from test_lower_auto_functionalized import CPU_BUILDER, NEEDS_CPU_BUILDER, _clone
-from test_standalone_engine_mutations import AddToSlab, TwoSlabs
+from .test_compile_with_stand_in_engines import compile_on_cpu
+from .test_lower_auto_functionalized import CPU_BUILDER, NEEDS_CPU_BUILDER, _clone
+from .test_standalone_engine_mutations import AddToSlab, TwoSlabs
 from torch.testing._internal.common_utils import TestCase, run_tests
 
 try:  # the next piece's single decision on what TensorRT writes in place
@@ -859,7 +859,7 @@ class TestStateUpdatePatternsWithStandInEngines(StateSteps, TestCase):
     aliased, what is written back, the buffers), not TensorRT."""
 
     def compile(self, pattern):
-        from test_compile_with_stand_in_engines import engines_built_execution_stood_in
+        from .test_compile_with_stand_in_engines import engines_built_execution_stood_in
 
         module, ep, inputs = _export(pattern)
         with engines_built_execution_stood_in():

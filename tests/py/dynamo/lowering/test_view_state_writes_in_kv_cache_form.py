@@ -11,8 +11,8 @@ import unittest
 
 import torch
 import torch_tensorrt
-from test_lower_auto_functionalized import CPU_BUILDER, NEEDS_CPU_BUILDER, _clone
-from test_serialized_engine_alias_map import KvWrite, _alias_map, _kv_args
+from .test_lower_auto_functionalized import CPU_BUILDER, NEEDS_CPU_BUILDER, _clone
+from .test_serialized_engine_alias_map import KvWrite, _alias_map, _kv_args
 from torch.testing._internal.common_utils import TestCase, run_tests
 from torch_tensorrt.dynamo import CompilationSettings
 from torch_tensorrt.dynamo.conversion.impl._kv_cache_layer import (
@@ -269,7 +269,7 @@ class TestCompiledModule(TestCase):
     def test_the_views_run_in_pytorch_around_the_engine(self):
         """compile(): the engine takes the state's view and writes it in place;
         the views are PyTorch's, outside the one engine, with the flag or not."""
-        from test_compile_with_stand_in_engines import engines_built_execution_stood_in
+        from .test_compile_with_stand_in_engines import engines_built_execution_stood_in
 
         args = (torch.zeros(2, 16, 8), torch.randn(2, 2, 8))
         ep = torch.export.export(RowsWrite(), tuple(a.clone() for a in args))

@@ -28,11 +28,10 @@ from parameterized import parameterized
 from torch.testing._internal.common_utils import TestCase, run_tests
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lowering"))
-from test_compile_with_stand_in_engines import (  # noqa: E402
+from ..lowering.test_compile_with_stand_in_engines import (
     engines_built_execution_stood_in,
 )
-from test_lower_auto_functionalized import (  # noqa: E402
+from ..lowering.test_lower_auto_functionalized import (
     CPU_BUILDER,
     NEEDS_CPU_BUILDER,
 )
@@ -46,7 +45,7 @@ except ImportError:
 NO_TRANSFORMERS = "transformers is not installed (tests/requirements.txt installs it)"
 
 if HAVE_TRANSFORMERS:
-    from hf_static_cache_models import (  # noqa: E402
+    from .hf_static_cache_models import (
         FIRST_TOKEN,
         MODELS,
         export,

@@ -11,19 +11,16 @@ by TensorRT-RTX on the CPU and their execution stood in (the stand-in refuses
 a tensor of another dtype than the engine's input, as the runtimes do).
 """
 
-import sys
 import unittest
-from pathlib import Path
 
 import torch
 import torch_tensorrt
 from torch.testing._internal.common_utils import TestCase, run_tests
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lowering"))
-from test_compile_with_stand_in_engines import (  # noqa: E402
+from ..lowering.test_compile_with_stand_in_engines import (
     engines_built_execution_stood_in,
 )
-from test_lower_auto_functionalized import (  # noqa: E402
+from ..lowering.test_lower_auto_functionalized import (
     CPU_BUILDER,
     _clone,
 )

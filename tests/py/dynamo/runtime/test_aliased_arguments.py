@@ -12,10 +12,8 @@ built by TensorRT-RTX and their execution stood in; the engines' own refusal
 import inspect
 import itertools
 import random
-import sys
 import unittest
 import unittest.mock
-from pathlib import Path
 
 import torch
 import torch_tensorrt
@@ -29,12 +27,11 @@ from torch_tensorrt.dynamo.runtime._aliased_arguments import (
 )
 from torch_tensorrt.dynamo.runtime._TorchTensorRTModule import TorchTensorRTModule
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lowering"))
-from test_compile_with_stand_in_engines import (  # noqa: E402
+from ..lowering.test_compile_with_stand_in_engines import (
     compile_on_cpu,
     engines_built_execution_stood_in,
 )
-from test_lower_auto_functionalized import (  # noqa: E402
+from ..lowering.test_lower_auto_functionalized import (
     CPU_BUILDER,
     NEEDS_CPU_BUILDER,
 )
@@ -528,7 +525,7 @@ class TestOnGpu(TestCase):
             trt(kv[:, 0], kv[:, 0], update)
 
     def test_whole_graph_cuda_graphs_check_the_caller_s_tensors(self):
-        from test_input_mutations import whole_graph_refused_by_tensorrt_rtx
+        from .test_input_mutations import whole_graph_refused_by_tensorrt_rtx
 
         cache, update = self._kv()
         trt = self._compiled(KvWrite(), (cache, update))

@@ -17,7 +17,7 @@ import unittest
 
 import torch
 import torch_tensorrt
-from test_input_mutations import KvCache, whole_graph_refused_by_tensorrt_rtx
+from .test_input_mutations import KvCache, whole_graph_refused_by_tensorrt_rtx
 from torch.testing._internal.common_utils import TestCase, run_tests
 from torch_tensorrt import ENABLED_FEATURES
 from torch_tensorrt.dynamo._SourceIR import SourceIR

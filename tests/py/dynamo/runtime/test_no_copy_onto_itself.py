@@ -13,9 +13,7 @@ contiguous) receives what the engine wrote.
 Engines are built by TensorRT-RTX on the CPU and their execution stood in.
 """
 
-import sys
 import unittest
-from pathlib import Path
 
 import torch
 from torch.testing._internal.common_utils import TestCase, run_tests
@@ -30,9 +28,8 @@ from torch_tensorrt.dynamo.runtime._input_mutations import (
     mutated_inputs,
 )
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lowering"))
-from test_compile_with_stand_in_engines import compile_on_cpu  # noqa: E402
-from test_lower_auto_functionalized import (  # noqa: E402
+from ..lowering.test_compile_with_stand_in_engines import compile_on_cpu
+from ..lowering.test_lower_auto_functionalized import (
     CPU_BUILDER,
     NEEDS_CPU_BUILDER,
 )
