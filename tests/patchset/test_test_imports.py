@@ -24,7 +24,7 @@ def _modules():
 
 
 def bare_imports(source: str, modules) -> list:
-    """Absolute imports of one of ``modules``, and edits of ``sys.path``."""
+    """Absolute imports of one of ``modules``, and ``sys.path`` grown, by line."""
     found = []
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.ImportFrom) and node.level == 0:
@@ -34,14 +34,14 @@ def bare_imports(source: str, modules) -> list:
         else:
             names = []
         found += [f"line {node.lineno}: import of {n}" for n in names if n in modules]
+        call = node.func if isinstance(node, ast.Call) else None
         if (
-            isinstance(node, ast.Attribute)
-            and node.attr == "path"
-            and isinstance(node.value, ast.Name)
-            and node.value.id == "sys"
+            isinstance(call, ast.Attribute)
+            and call.attr in ("insert", "append")
+            and ast.unparse(call.value) == "sys.path"
         ):
             found.append(f"line {node.lineno}: sys.path")
-    return found
+    return sorted(found, key=lambda f: int(f.split()[1].rstrip(":")))
 
 
 def test_the_check_finds_a_bare_import_and_a_path_edit():

@@ -11,10 +11,8 @@ to be GraphModule"), in ``compile()`` and in
 
 import json
 import os
-import sys
 import tempfile
 import unittest
-from pathlib import Path
 
 import torch
 import torch_tensorrt
@@ -24,7 +22,6 @@ from torch_tensorrt.dynamo.lowering._buffer_constants import (
     fold_constants_aliasing_buffers,
 )
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 from .test_compile_with_stand_in_engines import (
     engines_built_execution_stood_in,
 )

@@ -11,16 +11,13 @@ received DataType.FLOAT" for HuggingFace's static-cache decoders).
 
 import json
 import os
-import sys
 import tempfile
 import unittest
-from pathlib import Path
 
 import torch
 import torch_tensorrt
 from torch.testing._internal.common_utils import TestCase, run_tests
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 from .test_lower_auto_functionalized import (
     CPU_BUILDER,
     NEEDS_CPU_BUILDER,

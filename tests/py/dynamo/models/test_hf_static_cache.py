@@ -17,17 +17,14 @@ GPU: ``compile()`` for real, 16 greedy tokens against HuggingFace.
 
 import json
 import os
-import sys
 import tempfile
 import unittest
-from pathlib import Path
 
 import torch
 import torch_tensorrt
 from parameterized import parameterized
 from torch.testing._internal.common_utils import TestCase, run_tests
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 from ..lowering.test_compile_with_stand_in_engines import (
     engines_built_execution_stood_in,
 )
