@@ -34,6 +34,8 @@ import unittest
 
 import numpy as np
 import torch
+from torch.testing._internal.common_utils import TestCase, run_tests
+
 from .test_generated_plugins_qdp import (
     HAVE_QDP,
     generated,
@@ -42,7 +44,6 @@ from .test_generated_plugins_qdp import (
     tensor_desc,
     trt_dtype,
 )
-from torch.testing._internal.common_utils import TestCase, run_tests
 
 HAVE_CUDA = torch.cuda.is_available()
 HAVE_TRITON = importlib.util.find_spec("triton") is not None

@@ -16,7 +16,6 @@ import unittest
 
 import torch
 import torch_tensorrt
-from .test_lower_auto_functionalized import CPU_BUILDER, _clone
 from torch.testing._internal.common_utils import TestCase, run_tests
 from torch_tensorrt.dynamo.lowering._mutation_write_backs import (
     AliasMapError,
@@ -24,6 +23,8 @@ from torch_tensorrt.dynamo.lowering._mutation_write_backs import (
     network_in_place_updates,
     read_alias_map,
 )
+
+from .test_lower_auto_functionalized import CPU_BUILDER, _clone
 
 CPU_ONLY = (
     "Building engines without a CUDA device needs TensorRT-RTX on a host without "

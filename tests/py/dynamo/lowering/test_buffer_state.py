@@ -15,6 +15,9 @@ import unittest
 
 import torch
 import torch_tensorrt
+from torch.testing._internal.common_utils import TestCase, run_tests
+from torch_tensorrt import ENABLED_FEATURES
+
 from .test_compile_with_stand_in_engines import compile_on_cpu
 from .test_lower_auto_functionalized import (
     BUFFER_CASES,
@@ -30,8 +33,6 @@ from .test_lower_auto_functionalized import (
     _dryrun_dynamic,
     _inputs,
 )
-from torch.testing._internal.common_utils import TestCase, run_tests
-from torch_tensorrt import ENABLED_FEATURES
 
 RUNTIME = "cpp" if ENABLED_FEATURES.torch_tensorrt_runtime else "python"
 

@@ -32,6 +32,11 @@ import unittest.mock
 
 import torch
 import torch_tensorrt
+from torch.testing._internal.common_utils import TestCase, run_tests
+from torch_tensorrt.dynamo import _compiler
+from torch_tensorrt.dynamo.conversion import interpret_module_to_result
+from torch_tensorrt.dynamo.runtime._TorchTensorRTModule import user_output_count
+
 from .test_lower_auto_functionalized import (
     CPU_BUILDER,
     NEEDS_CPU_BUILDER,
@@ -41,10 +46,6 @@ from .test_lower_auto_functionalized import (
     _clone,
     _inputs,
 )
-from torch.testing._internal.common_utils import TestCase, run_tests
-from torch_tensorrt.dynamo import _compiler
-from torch_tensorrt.dynamo.conversion import interpret_module_to_result
-from torch_tensorrt.dynamo.runtime._TorchTensorRTModule import user_output_count
 
 try:  # the runtime's boundary rule, where it reads the source graph's outputs
     from torch_tensorrt.dynamo.runtime._TorchTensorRTModule import graph_output_count

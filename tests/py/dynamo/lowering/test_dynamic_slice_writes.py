@@ -15,10 +15,11 @@ import unittest
 
 import torch
 import torch_tensorrt
-from .test_compile_with_stand_in_engines import engines_built_execution_stood_in
-from .test_lower_auto_functionalized import CPU_BUILDER
 from torch.testing._internal.common_utils import TestCase, run_tests
 from torch_tensorrt.dynamo.conversion.impl._kv_cache_layer import KV_STATE_WRITE
+
+from .test_compile_with_stand_in_engines import engines_built_execution_stood_in
+from .test_lower_auto_functionalized import CPU_BUILDER
 
 CPU_ONLY = (
     "Building engines without a CUDA device needs TensorRT-RTX on a host without "

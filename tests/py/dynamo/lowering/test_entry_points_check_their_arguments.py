@@ -15,7 +15,6 @@ import json
 import os
 import tempfile
 
-from . import test_state_steps
 import torch
 import torch_tensorrt
 from parameterized import parameterized
@@ -29,6 +28,8 @@ from torch_tensorrt.dynamo.lowering._mutation_write_backs import (
     AliasMapError,
     WriteBack,
 )
+
+from . import test_state_steps
 
 
 class WritesItsInput(torch.nn.Module):

@@ -13,13 +13,14 @@ import unittest
 
 import torch
 import torch_tensorrt
+from torch.testing._internal.common_utils import TestCase, run_tests
+
 from .test_compile_with_stand_in_engines import compile_on_cpu
 from .test_lower_auto_functionalized import (
     CPU_BUILDER,
     _clone,
     _lowered,
 )
-from torch.testing._internal.common_utils import TestCase, run_tests
 
 CPU_ONLY = (
     "Building engines without a CUDA device needs TensorRT-RTX on a host without "

@@ -20,9 +20,10 @@ their execution stood in, against eager over three calls, outputs held.
 import unittest
 
 import torch
+from torch.testing._internal.common_utils import TestCase, run_tests
+
 from .test_compile_with_stand_in_engines import compile_on_cpu
 from .test_lower_auto_functionalized import CPU_BUILDER, _clone
-from torch.testing._internal.common_utils import TestCase, run_tests
 
 CPU_ONLY = (
     "Building engines without a CUDA device needs TensorRT-RTX on a host without "

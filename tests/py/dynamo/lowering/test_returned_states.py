@@ -13,9 +13,10 @@ import unittest
 
 import torch
 import torch_tensorrt
+from torch.testing._internal.common_utils import TestCase, run_tests
+
 from .test_compile_with_stand_in_engines import compile_on_cpu
 from .test_lower_auto_functionalized import CPU_BUILDER, NEEDS_CPU_BUILDER, _clone
-from torch.testing._internal.common_utils import TestCase, run_tests
 
 
 class ReturnsWrittenBuffer(torch.nn.Module):

@@ -10,6 +10,12 @@ import unittest
 
 import torch
 import torch_tensorrt
+from torch.testing._internal.common_utils import TestCase, run_tests
+from torch_tensorrt.dynamo.lowering._mutation_write_backs import (
+    alias_map_entries,
+    check_alias_map_against_engine,
+)
+
 from .test_lower_auto_functionalized import (
     CPU_BUILDER,
     NEEDS_CPU_BUILDER,
@@ -18,11 +24,6 @@ from .test_lower_auto_functionalized import (
     MutateBufferAndReturn,
     _build_engine,
     _inputs,
-)
-from torch.testing._internal.common_utils import TestCase, run_tests
-from torch_tensorrt.dynamo.lowering._mutation_write_backs import (
-    alias_map_entries,
-    check_alias_map_against_engine,
 )
 
 

@@ -14,13 +14,14 @@ import unittest
 
 import torch
 import torch_tensorrt
-from .test_compile_with_stand_in_engines import engines_built_execution_stood_in
-from .test_lower_auto_functionalized import CPU_BUILDER
 from torch.testing._internal.common_utils import TestCase, run_tests
 from torch_tensorrt.dynamo._settings import CompilationSettings
 from torch_tensorrt.dynamo.lowering.passes.sizes_next_to_their_users import (
     sizes_next_to_their_users,
 )
+
+from .test_compile_with_stand_in_engines import engines_built_execution_stood_in
+from .test_lower_auto_functionalized import CPU_BUILDER
 
 CPU_ONLY = (
     "Building engines without a CUDA device needs TensorRT-RTX on a host without "

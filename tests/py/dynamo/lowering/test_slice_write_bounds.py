@@ -13,12 +13,13 @@ engine's execution stood in, against eager over several calls.
 import unittest
 
 import torch
+from torch.testing._internal.common_utils import TestCase, run_tests
+
 from .test_compile_with_stand_in_engines import compile_on_cpu
 from .test_lower_auto_functionalized import (
     CPU_BUILDER,
     _build_engine,
 )
-from torch.testing._internal.common_utils import TestCase, run_tests
 
 CPU_ONLY = (
     "Building engines without a CUDA device needs TensorRT-RTX on a host without "

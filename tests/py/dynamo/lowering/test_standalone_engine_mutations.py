@@ -11,6 +11,10 @@ import unittest
 
 import torch
 import torch_tensorrt
+from torch.testing._internal.common_utils import TestCase, run_tests
+from torch_tensorrt import ENABLED_FEATURES
+from torch_tensorrt.dynamo.lowering import _buffer_lifting
+
 from .test_lower_auto_functionalized import (
     CPU_BUILDER,
     NEEDS_CPU_BUILDER,
@@ -24,9 +28,6 @@ from .test_lower_auto_functionalized import (
     _dryrun,
     _inputs,
 )
-from torch.testing._internal.common_utils import TestCase, run_tests
-from torch_tensorrt import ENABLED_FEATURES
-from torch_tensorrt.dynamo.lowering import _buffer_lifting
 
 
 @unittest.skipIf(not CPU_BUILDER, NEEDS_CPU_BUILDER)

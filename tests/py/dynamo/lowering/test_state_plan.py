@@ -21,9 +21,6 @@ from unittest import mock
 
 import torch
 import torch_tensorrt
-from .test_compile_with_stand_in_engines import engines_built_execution_stood_in
-from .test_lower_auto_functionalized import CPU_BUILDER, _clone
-from .test_serialized_engine_alias_map import KvWrite
 from torch.testing._internal.common_utils import TestCase, run_tests
 from torch_tensorrt.dynamo.lowering._state_plan import (
     COPY,
@@ -33,6 +30,10 @@ from torch_tensorrt.dynamo.lowering._state_plan import (
     check_engine_against_state_plan,
     state_plan,
 )
+
+from .test_compile_with_stand_in_engines import engines_built_execution_stood_in
+from .test_lower_auto_functionalized import CPU_BUILDER, _clone
+from .test_serialized_engine_alias_map import KvWrite
 
 CPU_ONLY = (
     "Building engines without a CUDA device needs TensorRT-RTX on a host without "

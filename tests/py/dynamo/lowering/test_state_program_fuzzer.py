@@ -17,15 +17,16 @@ import tempfile
 import unittest
 import unittest.mock
 
-from . import state_programs
 import torch
 import torch_tensorrt
-from .test_compile_with_stand_in_engines import engines_built_execution_stood_in
-from .test_lower_auto_functionalized import CPU_BUILDER
 from torch.testing._internal.common_utils import TestCase, run_tests
 from torch_tensorrt.dynamo.conversion._TRTInterpreter import (
     UnsupportedOperatorException,
 )
+
+from . import state_programs
+from .test_compile_with_stand_in_engines import engines_built_execution_stood_in
+from .test_lower_auto_functionalized import CPU_BUILDER
 
 SEEDS = range(*map(int, (os.environ.get("STATE_FUZZ_SEEDS", "0:100")).split(":")))
 

@@ -24,10 +24,11 @@ from typing import Callable, Dict, Optional, Tuple
 
 import torch
 import torch_tensorrt
+from torch.testing._internal.common_utils import TestCase, run_tests
+
 from .test_compile_with_stand_in_engines import compile_on_cpu
 from .test_lower_auto_functionalized import CPU_BUILDER, NEEDS_CPU_BUILDER, _clone
 from .test_standalone_engine_mutations import AddToSlab, TwoSlabs
-from torch.testing._internal.common_utils import TestCase, run_tests
 
 try:  # the next piece's single decision on what TensorRT writes in place
     from torch_tensorrt.dynamo.lowering import _state_plan  # noqa: F401

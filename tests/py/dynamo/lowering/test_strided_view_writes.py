@@ -15,14 +15,15 @@ import unittest
 
 import torch
 import torch_tensorrt
-from .test_lower_auto_functionalized import CPU_BUILDER, _clone
-from .test_state_plan import _matches_eager, _standalone_map
 from torch.testing._internal.common_utils import TestCase, run_tests
 from torch_tensorrt.dynamo.conversion.aten_ops_converters import (
     as_strided_scatter_validator,
 )
 from torch_tensorrt.dynamo.conversion.impl.slice import strided_positions
 from torch_tensorrt.dynamo.lowering._state_plan import COPY
+
+from .test_lower_auto_functionalized import CPU_BUILDER, _clone
+from .test_state_plan import _matches_eager, _standalone_map
 
 CPU_ONLY = (
     "Building engines without a CUDA device needs TensorRT-RTX on a host without "

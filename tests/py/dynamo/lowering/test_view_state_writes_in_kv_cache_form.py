@@ -11,8 +11,6 @@ import unittest
 
 import torch
 import torch_tensorrt
-from .test_lower_auto_functionalized import CPU_BUILDER, NEEDS_CPU_BUILDER, _clone
-from .test_serialized_engine_alias_map import KvWrite, _alias_map, _kv_args
 from torch.testing._internal.common_utils import TestCase, run_tests
 from torch_tensorrt.dynamo import CompilationSettings
 from torch_tensorrt.dynamo.conversion.impl._kv_cache_layer import (
@@ -28,6 +26,9 @@ from torch_tensorrt.dynamo.lowering._mutation_write_backs import (
     alias_map_entries,
     check_alias_map_against_engine,
 )
+
+from .test_lower_auto_functionalized import CPU_BUILDER, NEEDS_CPU_BUILDER, _clone
+from .test_serialized_engine_alias_map import KvWrite, _alias_map, _kv_args
 
 try:  # the next piece's single decision on what TensorRT writes in place
     from torch_tensorrt.dynamo.lowering import _state_plan  # noqa: F401

@@ -17,7 +17,6 @@ import unittest
 
 import torch
 import torch_tensorrt
-from .test_input_mutations import KvCache, whole_graph_refused_by_tensorrt_rtx
 from torch.testing._internal.common_utils import TestCase, run_tests
 from torch_tensorrt import ENABLED_FEATURES
 from torch_tensorrt.dynamo._SourceIR import SourceIR
@@ -26,6 +25,8 @@ from torch_tensorrt.dynamo.runtime._CudaGraphsTorchTensorRTModule import (
     CudaGraphsTorchTensorRTModule,
 )
 from torch_tensorrt.dynamo.runtime._TorchTensorRTModule import TorchTensorRTModule
+
+from .test_input_mutations import KvCache, whole_graph_refused_by_tensorrt_rtx
 
 RUNTIME = "cpp" if ENABLED_FEATURES.torch_tensorrt_runtime else "python"
 NO_GPU = "Running TensorRT engines needs a CUDA device; this host has none."
