@@ -18,17 +18,18 @@ import os
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-LOWERING_TESTS = os.path.join(ROOT, "tests", "py", "dynamo", "lowering")
+TESTS = os.path.join(ROOT, "tests", "py")  # the root of the test packages
 HEADING = "### Which state updates the engine writes in place without plugins"
 HEADER = ["| write | state | alias map | why |", "|---|---|---|---|"]
 
 
 def patterns():
-    sys.path.insert(0, LOWERING_TESTS)
+    sys.path.insert(0, TESTS)
     try:
-        return importlib.import_module("test_state_update_patterns").PATTERNS
+        module = "dynamo.lowering.test_state_update_patterns"
+        return importlib.import_module(module).PATTERNS
     finally:
-        sys.path.remove(LOWERING_TESTS)
+        sys.path.remove(TESTS)
 
 
 def table(rows):

@@ -25,6 +25,7 @@ def test_the_real_series():
         "engine-outputs",
         "plugins",
         "compat-plugins",
+        "copy-into-state",
         "buffer-state",
         "alias-map",
         "runtime",

@@ -3,8 +3,8 @@
 # compile() and the standalone engine bound as a C++ caller binds it.
 import sys, torch, torch_tensorrt
 
-sys.path.insert(0, "tests/py/dynamo/lowering")
-import test_mutating_op_converters as t  # the ops and the converter
+sys.path.insert(0, "tests/py")  # the root of the test packages
+from dynamo.lowering import test_mutating_op_converters as t  # the ops, the converter
 
 
 class ReturnsNothing(torch.nn.Module):
