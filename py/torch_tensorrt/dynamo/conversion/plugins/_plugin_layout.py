@@ -14,8 +14,9 @@ then new values): the aliased output *is* the new value of the mutated argument.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, get_origin
 
+import numpy as np
 import torch
 from torch_tensorrt.dynamo.conversion._functionalized_op import (
     FunctionalizedOp,
@@ -40,6 +41,12 @@ def _is_tensor_list(arg_type: Any) -> bool:
     return isinstance(arg_type, torch.ListType) and _is_tensor(
         arg_type.getElementType()
     )
+
+
+def _is_array_annotation(annotation: Any) -> bool:
+    """A QDP attribute declared as a NumPy array (``numpy.ndarray[...]``), which takes
+    any one-element array, whatever the schema's scalar type."""
+    return annotation is np.ndarray or get_origin(annotation) is np.ndarray
 
 
 @dataclass(frozen=True)
@@ -218,11 +225,6 @@ class PluginLayout:
         one-element NumPy array) and vice versa. Returns the schema argument per
         plugin input (:meth:`match_plugin_inputs`).
         """
-        # the converter module reads QDP annotations; imported here, as it imports us
-        from torch_tensorrt.dynamo.conversion.plugins._generate_plugin_converter import (
-            _is_numpy_attr_annotation,
-        )
-
         plugin_inputs = self.match_plugin_inputs(plugin_id, input_tensor_names)
         missing = [a for a in self.attr_args if a not in input_attrs]
         unknown = [a for a in input_attrs if a not in self.attr_args]
@@ -238,7 +240,7 @@ class PluginLayout:
         schema_types = {a.name: str(a.type) for a in self.op._schema.arguments}
         for name, annotation in input_attrs.items():
             expected = _SCHEMA_ATTR_TYPES.get(schema_types[name])
-            if expected is None or _is_numpy_attr_annotation(annotation):
+            if expected is None or _is_array_annotation(annotation):
                 continue
             if annotation is not expected:
                 raise ValueError(
