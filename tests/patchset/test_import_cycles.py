@@ -18,9 +18,9 @@ BASE_CYCLES = [
     {"_refit", "conversion._conversion"},
     {"runtime._TRTEngine", "runtime._TorchTensorRTModule"},
 ]
-# Owed: the converter registry looks up FunctionalizedOp, whose converter wrapper
-# reads the registry, the conversion context and the state plan's rows, and the
-# state plan reads the KV-cache layer's rules from conversion/impl.
+# Owed: the converter registry looks up FunctionalizedOp, whose module reads the
+# registry (a converter's flag), the conversion context (AliasedOutput) and the
+# state plan's rows (STATE_PLAN), and the state plan reads FunctionalizedOp.
 OWED = {
     "_engine_cache",
     "_settings",
@@ -28,9 +28,6 @@ OWED = {
     "conversion._ConversionContext",
     "conversion._ConverterRegistry",
     "conversion._functionalized_op",
-    "conversion.converter_utils",
-    "conversion.impl._kv_cache_layer",
-    "lowering._kv_state_writes",
     "lowering._state_plan",
 }
 
