@@ -16,6 +16,7 @@ from typing import Any, Callable, Dict, List, Sequence, Tuple
 
 import torch
 from torch_tensorrt.dynamo.utils import is_write_back  # noqa: F401 (imported from here)
+from torch_tensorrt.dynamo.utils import STATE_PLAN
 
 
 def mutated_arguments(schema: torch.FunctionSchema) -> List[torch.Argument]:
@@ -172,7 +173,6 @@ def record_in_place_outputs(
         AliasedOutput,
         AliasKind,
     )
-    from torch_tensorrt.dynamo.lowering._state_plan import STATE_PLAN
 
     op = node.target
     assert isinstance(op, FunctionalizedOp)

@@ -29,11 +29,9 @@ from torch_tensorrt.dynamo.lowering._kv_state_writes import (
     KVStateWrite,
     plan_kv_state_write,
 )
+from torch_tensorrt.dynamo.utils import STATE_PLAN as STATE_PLAN
 
 logger = logging.getLogger(__name__)
-
-# Placeholder meta: the StateUpdate the plan made for that state
-STATE_PLAN = "_trt_state_plan"
 
 IN_PLACE = "in_place"
 COPY = "copy"
