@@ -58,6 +58,36 @@ def expect_exported_program(function: str, exported_program: Any) -> None:
     )
 
 
+def expect_examples(
+    function: str, exported_program: Any, arg_inputs: Sequence[Any]
+) -> None:
+    """Raise ``ValueError`` for an example that is no tensor where the program takes
+    one, naming its position and the program's input, before the inputs are read.
+
+    Checked where each example stands for one input (no container among them).
+    """
+    from torch.export.graph_signature import InputKind, TensorArgument
+    from torch_tensorrt._Input import Input
+
+    specs = [
+        spec
+        for spec in exported_program.graph_signature.input_specs
+        if spec.kind == InputKind.USER_INPUT
+    ]
+    if any(isinstance(x, (list, tuple, dict)) for x in arg_inputs):
+        return  # flattened by the program's own rules
+    for position, (spec, example) in enumerate(zip(specs, arg_inputs)):
+        if isinstance(spec.arg, TensorArgument) and not isinstance(
+            example, (torch.Tensor, Input)
+        ):
+            raise ValueError(
+                f"{function}: arg_inputs[{position}] (input '{spec.arg.name}') is "
+                f"{described(example)}; expected a torch.Tensor or a "
+                "torch_tensorrt.Input: pass an example of that input as the model "
+                "was exported with."
+            )
+
+
 def check_inputs_against_program(
     function: str,
     exported_program: Any,

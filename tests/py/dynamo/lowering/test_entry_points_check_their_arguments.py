@@ -239,6 +239,11 @@ MISMATCHES = {
     "three_inputs": ([Y, Y, Y], "gives 3"),
     "fixed_dim": ([torch.zeros(3, 4), Y], "arg_inputs[0] (input 'x') has shape (3, 4)"),
     "rank": ([Y, torch.zeros(8)], "arg_inputs[1] (input 'y') has shape (8,)"),
+    "text": (
+        [Y, "y"],
+        "arg_inputs[1] (input 'y') is a str ('y'); expected a torch.Tensor",
+    ),
+    "none": ([None, Y], "arg_inputs[0] (input 'x') is None; expected a torch.Tensor"),
     "dtype": ([Y, torch.zeros(2, 4, dtype=torch.int32)], "is torch.int32"),
     "input_dtype": (
         [torch_tensorrt.Input((2, 4), dtype=torch.float16), Y],
