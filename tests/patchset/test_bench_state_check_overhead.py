@@ -46,3 +46,45 @@ def test_added_cost_over_the_unpatched_module_and_without_the_check(bench):
         "64": {"over_unpatched": 3.5, "over_check_off": 2.0}
     }
     assert bench.added_us(module, None) == {"64": {"over_check_off": 2.0}}
+
+
+class _Context:
+    """Stands in for an execution context: records what the bench binds and runs."""
+
+    def __init__(self):
+        self.bound, self.runs = [], 0
+
+    def get_tensor_shape(self, name):
+        return (2, 3)
+
+    def set_tensor_address(self, name, address):
+        self.bound.append((name, address))
+
+    def execute_async_v3(self, stream):
+        self.runs += 1
+
+
+def test_the_engine_driven_by_hand_binds_every_tensor_and_aliases_in_place(bench):
+    from types import SimpleNamespace
+
+    context = _Context()
+    engine = SimpleNamespace(
+        context=context,
+        in_binding_names=["pos", "u", "s0"],
+        out_binding_names=["output0", "s0_new"],
+        output_dtypes=[torch.float32, torch.float32],
+        aliased_io={"s0_new": ("s0", "kv_cache_update")},
+    )
+    module = torch.nn.Module()
+    module.trt = torch.nn.Module()
+    module.trt.engine = engine
+    args = [torch.zeros(1), torch.zeros(2), torch.zeros(4)]
+    stream = SimpleNamespace(cuda_stream=0, synchronize=lambda: None)
+    calls = bench.engine_by_hand(module, args, device="cpu", stream=stream)
+    calls["bound"]()
+    bound = dict(context.bound)
+    assert list(bound) == ["pos", "u", "s0", "output0", "s0_new"]
+    assert bound["s0_new"] == bound["s0"] == args[2].data_ptr()
+    assert bound["output0"] not in {a.data_ptr() for a in args}
+    calls["execute"]()
+    assert context.runs == 2 and len(context.bound) == 5

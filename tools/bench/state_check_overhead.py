@@ -27,7 +27,11 @@ Two parts, both written to the JSON file ``--out`` names:
   without the check are timed in alternating blocks. ``module_host_us`` and
   ``eager_host_us``: the host's time in the call alone, the device idle when
   it starts (what the call costs the host, not the device's work). ``--profile PATH`` writes
-  where the host's time goes at ``--profile-states`` N (cProfile).
+  where the host's time goes at ``--profile-states`` N (cProfile). Beside it, the same
+  engine object driven by hand (``engine_by_hand_us``: every I/O address set, then
+  ``execute_async_v3`` and a synchronize; ``engine_execute_us``: the run alone) and the
+  module under ``torch_tensorrt.runtime.enable_cudagraphs`` (``module_cudagraphs_us``,
+  after ``cudagraphs_match_eager`` compares the states over three replays).
 
 The model writes each state at a position given at run time, as a KV cache
 step does (the states are inputs; with N = 0 it computes ``u * 2 + 1`` only;
@@ -319,6 +323,7 @@ def _time_module(
         torch.equal(c, e) for c, e in zip(compiled_args, eager_args_once)
     )
     _time_calls(n, calls, with_check_off, result, trt, args, eager, eager_args)
+    _time_by_hand_and_under_graphs(n, calls, result, trt, args)
     if profile_path and n == profile_states:
         _profile(lambda: trt(*args), calls, profile_path, n)
 
@@ -358,6 +363,93 @@ def _time_module_of_buffers(
     _time_calls(n, calls, with_check_off, result, trt, args, eager, args)
     if profile_path and n == 64:
         _profile(lambda: trt(*args), calls, profile_path, n)
+
+
+def engine_by_hand(
+    trt: torch.nn.Module,
+    args: Sequence[torch.Tensor],
+    device: str = "cuda",
+    stream: Any = None,
+) -> Dict[str, Callable[[], Any]]:
+    """The compiled module's one engine driven as a C++ caller drives it: ``bound``
+    sets the address of every I/O tensor (an aliased output at its input's memory,
+    the others in tensors made once), runs ``execute_async_v3`` and synchronizes;
+    ``execute`` runs and synchronizes with the addresses as last set. The engine's
+    inputs are the model's arguments, in order (one engine, ``min_block_size=1``)."""
+    engines = [
+        m.engine
+        for m in trt.modules()
+        if hasattr(getattr(m, "engine", None), "context")
+    ]
+    if len(engines) != 1:
+        raise RuntimeError(f"{len(engines)} engines with a Python context; need one")
+    engine = engines[0]
+    context = engine.context
+    if len(engine.in_binding_names) != len(args):
+        raise RuntimeError(
+            f"the engine takes {len(engine.in_binding_names)} inputs, the model "
+            f"{len(args)}: not the same inputs"
+        )
+    tensors = dict(zip(engine.in_binding_names, args))
+    aliased = dict(engine.aliased_io or {})
+    for name, dtype in zip(engine.out_binding_names, engine.output_dtypes):
+        if name in aliased:
+            tensors[name] = tensors[aliased[name][0]]
+        else:
+            shape = tuple(context.get_tensor_shape(name))
+            tensors[name] = torch.empty(shape, dtype=dtype, device=device)
+    stream = stream if stream is not None else torch.cuda.current_stream()
+
+    def execute() -> None:
+        context.execute_async_v3(stream.cuda_stream)
+        stream.synchronize()
+
+    def bound() -> None:
+        for name, tensor in tensors.items():
+            context.set_tensor_address(name, tensor.data_ptr())
+        execute()
+
+    return {"bound": bound, "execute": execute}
+
+
+def _time_by_hand_and_under_graphs(
+    n: int,
+    calls: int,
+    result: Dict[str, Any],
+    trt: torch.nn.Module,
+    args: Sequence[torch.Tensor],
+) -> None:
+    """``engine_by_hand_us``, ``engine_execute_us`` and ``module_cudagraphs_us`` at
+    ``n`` states; a part that fails is recorded under ``errors``, the rest runs."""
+    import torch_tensorrt
+
+    errors = result.setdefault("errors", {})
+    try:
+        by_hand = engine_by_hand(trt, args)
+        result.setdefault("engine_by_hand_us", {})[str(n)] = round(
+            median_us(by_hand["bound"], calls), 2
+        )
+        result.setdefault("engine_execute_us", {})[str(n)] = round(
+            median_us(by_hand["execute"], calls), 2
+        )
+    except Exception as e:  # recorded: the bench goes on
+        errors[f"by_hand_{n}"] = f"{type(e).__name__}: {e}"[:300]
+    try:
+        eager_args = [a.clone() for a in args]
+        graph_args = [a.clone() for a in args]
+        with torch_tensorrt.runtime.enable_cudagraphs(trt) as graphed:
+            for _ in range(3):  # the states advance alike over replays
+                graphed(*graph_args)
+                WritesStates()(*eager_args)
+            torch.cuda.synchronize()
+            result.setdefault("cudagraphs_match_eager", {})[str(n)] = all(
+                torch.equal(g, e) for g, e in zip(graph_args, eager_args)
+            )
+            result.setdefault("module_cudagraphs_us", {})[str(n)] = round(
+                median_us(lambda: graphed(*args), calls, sync=True), 2
+            )
+    except Exception as e:
+        errors[f"cudagraphs_{n}"] = f"{type(e).__name__}: {e}"[:300]
 
 
 def _time_calls(
