@@ -88,6 +88,46 @@ def expect_examples(
             )
 
 
+def expect_module_call(
+    function: str,
+    module: Any,
+    arg_inputs: Sequence[Any],
+    kwarg_inputs: Optional[Dict[str, Any]],
+) -> None:
+    """Raise ``ValueError`` unless the example inputs bind to ``module.forward`` and
+    each is a tensor, a ``torch_tensorrt.Input``, a number or a container, naming
+    the position and the parameter, before the module is traced."""
+    import inspect
+
+    from torch_tensorrt._Input import Input
+
+    if not isinstance(module, torch.nn.Module):
+        return  # an ExportedProgram: checked against its inputs when compiled
+    forward = f"{type(module).__name__}.forward"
+    try:
+        signature = inspect.signature(module.forward)
+        bound = signature.bind(*arg_inputs, **(kwarg_inputs or {}))
+    except (TypeError, ValueError) as e:
+        raise ValueError(
+            f"{function}: the example inputs do not fit {forward}{signature}: {e}; "
+            "pass one example per argument of forward (arg_inputs, kwarg_inputs)."
+        ) from None
+    kinds = (torch.Tensor, Input, int, float, bool, list, tuple, dict)
+    for position, (name, value) in enumerate(bound.arguments.items()):
+        if value is not None and not isinstance(value, kinds):
+            where = (
+                f"arg_inputs[{position}]"
+                if position < len(arg_inputs)
+                else f"kwarg_inputs['{name}']"
+            )
+            raise ValueError(
+                f"{function}: {where} (parameter '{name}' of {forward}) is "
+                f"{described(value)}; expected a torch.Tensor or a "
+                "torch_tensorrt.Input (or a number or a container of them): pass an "
+                "example of that argument."
+            )
+
+
 def check_inputs_against_program(
     function: str,
     exported_program: Any,

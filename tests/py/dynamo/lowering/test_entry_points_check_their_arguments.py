@@ -301,5 +301,44 @@ class TestExamplesMustFitTheProgram(TestCase):
             ENTRY_POINTS["torch_tensorrt.dynamo.compile"](exported, [Y])
 
 
+class TestTheFrontDoorNamesTheArgument(TestCase):
+    """``torch_tensorrt.compile`` of a module (and the other front doors) names an
+    example that does not fit ``forward`` before tracing: no torch.export error."""
+
+    FRONT_DOORS = {
+        "torch_tensorrt.compile": lambda m, a: torch_tensorrt.compile(
+            m, ir="dynamo", arg_inputs=a
+        ),
+        "torch_tensorrt.convert_method_to_trt_engine": (
+            lambda m, a: torch_tensorrt.convert_method_to_trt_engine(
+                m, ir="dynamo", arg_inputs=a
+            )
+        ),
+    }
+    MISTAKES = {
+        "missing": ([Y], "do not fit TwoInputs.forward(x, y): missing a required"),
+        "extra": ([Y, Y, Y], "do not fit TwoInputs.forward(x, y): too many"),
+        "text": (
+            [Y, "y"],
+            "arg_inputs[1] (parameter 'y' of TwoInputs.forward) is a str",
+        ),
+    }
+
+    @parameterized.expand(
+        [
+            (f"{door.rsplit('.', 1)[-1]}_{mistake}", door, mistake)
+            for door, mistake in itertools.product(FRONT_DOORS, MISTAKES)
+        ]
+    )
+    def test_one_sentence(self, _name, door, mistake):
+        inputs, named = self.MISTAKES[mistake]
+        with self.assertRaises(ValueError) as caught:
+            self.FRONT_DOORS[door](TwoInputs(), inputs)
+        message = str(caught.exception)
+        self.assertTrue(message.startswith(f"{door}: "), message)
+        self.assertIn(named, message)
+        self.assertNotIn("\n", message)
+
+
 if __name__ == "__main__":
     run_tests()

@@ -7,6 +7,7 @@ error instead of a CUDA driver error.
 """
 
 import unittest
+import unittest.mock
 
 import torch
 import torch_tensorrt
@@ -154,6 +155,22 @@ class TestCompileWithoutCuda(TestCase):
                 output_binding_names=["output0"],
                 name="mlp",
             )
+
+
+class TestTheFrontDoorWithoutCuda(TestCase):
+    """``torch_tensorrt.compile(module, ir="dynamo")`` on a host without a CUDA device
+    (stood in on any host): one sentence naming what works there, before tracing."""
+
+    def test_compile_of_a_module_needs_a_cuda_device(self):
+        with unittest.mock.patch("torch.cuda.is_available", return_value=False):
+            with self.assertRaisesRegex(
+                RuntimeError,
+                r"^torch_tensorrt\.compile\(\.\.\., ir='dynamo'\) traces the module.*"
+                r"convert_exported_program_to_serialized_trt_engine",
+            ):
+                torch_tensorrt.compile(
+                    MLP(), ir="dynamo", arg_inputs=[torch.randn(4, 8)]
+                )
 
 
 class TestQuietImport(TestCase):
