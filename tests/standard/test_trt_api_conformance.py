@@ -423,8 +423,20 @@ def _decide(entries: List[Tuple[str, Value]]) -> Value:
     for how, value in entries:
         if how == "import":  # an import wins over a fallback such as `trtp = None`
             return value
-    values = {value for _, value in entries}
-    return values.pop() if len(values) == 1 else None
+    values: List[Value] = []  # distinct values; a bound method is not hashable
+    for _, value in entries:
+        if not any(_same(value, seen) for seen in values):
+            values.append(value)
+    return values[0] if len(values) == 1 else None
+
+
+def _same(a: Value, b: Value) -> bool:
+    if a is b:
+        return True
+    try:
+        return bool(a == b)
+    except Exception:  # an object that cannot be compared is another value
+        return False
 
 
 class _Block:
