@@ -11,15 +11,29 @@ what is tracked).
 import re
 import sys
 
+# an absolute path starting at one of these top-level folders (names only: the
+# file itself names no path of any machine)
+_START = r"(?<![\w.<])/"
+
+
+def _under(*roots: str) -> str:
+    return _START + "(?:" + "|".join(roots) + ")"
+
+
 _RULES = [
-    (re.compile(r"(?<![\w.<])/[\w./+-]*?/site-packages(?=/|\b)"), "<site-packages>"),
+    (re.compile(_START + r"[\w./+-]*?/site-packages(?=/|\b)"), "<site-packages>"),
     (
-        re.compile(r"(?<![\w.<])/(?:opt|root|home/\w+|work)/[\w.+-]*\.?venv[\w.-]*"),
+        re.compile(
+            _under("opt", "root", r"home/\w+", "work") + r"/[\w.+-]*\.?venv[\w.-]*"
+        ),
         "<venv>",
     ),
-    (re.compile(r"(?<![\w.<])/tmp/[\w.+-]+"), "<tmp>"),
-    (re.compile(r"(?<![\w.<])/(?:root|home/[\w.-]+|Users/[\w.-]+)(?=/|\b)"), "<home>"),
-    (re.compile(r"(?<![\w.<])/(?:opt|work)/[\w.+-]+"), "<machine>"),
+    (re.compile(_under("tmp") + r"/[\w.+-]+"), "<tmp>"),
+    (
+        re.compile(_under("root", r"home/[\w.-]+", r"Users/[\w.-]+") + r"(?=/|\b)"),
+        "<home>",
+    ),
+    (re.compile(_under("opt", "work") + r"/[\w.+-]+"), "<machine>"),
 ]
 
 

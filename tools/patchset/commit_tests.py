@@ -48,9 +48,8 @@ def commit_root(repo: str, commit: str, package: str, dest: str) -> Tuple[str, s
         os.makedirs(os.path.dirname(target), exist_ok=True)
         shutil.copyfile(f, target)
     shutil.rmtree(os.path.join(root, "py"))
-    for marker in series.UPSTREAM_TEST_PACKAGES:  # as upstream's tree has them
-        if os.path.isdir(os.path.dirname(os.path.join(root, marker))):
-            open(os.path.join(root, marker), "a").close()
+    if os.path.isdir(os.path.join(root, "tests", "py", "dynamo")):
+        series.write_test_packages(root)  # as upstream's tree has them
     for name in _BESIDE:
         if os.path.exists(os.path.join(REPO_ROOT, name)):
             os.symlink(os.path.join(REPO_ROOT, name), os.path.join(root, name))

@@ -461,9 +461,7 @@ def make_base(dest: str, flavour: str = "standard") -> str:
     note = "Upstream's tests are not in the released wheel; ours are added here.\n"
     with open(os.path.join(dest, "tests/py/README"), "w", encoding="utf-8") as f:
         f.write(note)
-    for marker in series.UPSTREAM_TEST_PACKAGES:  # upstream's test packages
-        os.makedirs(os.path.dirname(os.path.join(dest, marker)), exist_ok=True)
-        open(os.path.join(dest, marker), "w").close()
+    series.write_test_packages(dest)  # as upstream's tree has them
     git(dest, ["init", "-q", "-b", "v2.14.0"])
     git(dest, ["add", "-A"])
     tree.identity(dest)

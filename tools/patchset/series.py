@@ -34,6 +34,15 @@ UPSTREAM_TEST_PACKAGES = tuple(
 )
 REQUIRED_FIELDS = ("Origin", "Forwarded", "Last-Update")
 
+
+def write_test_packages(root: str) -> None:
+    """Give a tree at ``root`` upstream's test packages (an empty ``__init__.py``
+    each, where it has none)."""
+    for marker in UPSTREAM_TEST_PACKAGES:
+        os.makedirs(os.path.dirname(os.path.join(root, marker)), exist_ok=True)
+        open(os.path.join(root, marker), "a").close()
+
+
 NAME_RE = re.compile(r"^\d{4}-[a-z0-9][a-z0-9-]*\.patch$")
 _SECTION_RE = re.compile(r"^\[(?P<id>[a-z0-9][a-z0-9-]*)\]\s+(?P<title>\S.*)$")
 _FIELD_RE = re.compile(r"^(?P<key>[A-Z][A-Za-z0-9-]*):(?:[ \t]+(?P<value>.*))?$")

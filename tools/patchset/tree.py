@@ -312,9 +312,7 @@ def refresh(tree: str, out_root: str = REPO_ROOT) -> Tuple[int, int]:
     for rel in final:
         os.makedirs(os.path.dirname(os.path.join(out_root, rel)), exist_ok=True)
         shutil.copyfile(os.path.join(tree, rel), os.path.join(out_root, rel))
-    for marker in series.UPSTREAM_TEST_PACKAGES:  # not ours: upstream's layout
-        os.makedirs(os.path.dirname(os.path.join(out_root, marker)), exist_ok=True)
-        open(os.path.join(out_root, marker), "a").close()
+    series.write_test_packages(out_root)  # not ours: upstream's layout
     return len(patches), len(final)
 
 
