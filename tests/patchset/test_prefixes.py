@@ -139,7 +139,7 @@ def test_a_prefix_s_tests_are_as_its_mails_leave_them(tmp_path):
     grown = prefixes._grown_tests(every)
     assert "tests/py/dynamo/conversion/test_unsupported_ops.py" in grown
     ids = [p.id for p in pieces]
-    early = series.all_patches(pieces[: ids.index("engine-outputs") + 1])
+    early = series.all_patches(pieces[: ids.index("missing-converter") + 1])
     view = prefixes.tests_view(every, early, str(tmp_path / "early"))
     for test in grown:
         with open(os.path.join(series.REPO_ROOT, test), encoding="utf-8") as f:
