@@ -29,6 +29,7 @@ def test_the_real_series():
         "plugins",
         "compat-plugins",
         "copy-into-state",
+        "index-copy-dynamic",
         "buffer-state",
         "alias-map",
         "runtime",
