@@ -30,6 +30,7 @@ def test_the_real_series():
         "compat-plugins",
         "copy-into-state",
         "index-copy-dynamic",
+        "load-names-its-file",
         "buffer-state",
         "alias-map",
         "runtime",
