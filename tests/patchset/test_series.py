@@ -31,6 +31,7 @@ def test_the_real_series():
         "copy-into-state",
         "index-copy-dynamic",
         "load-names-its-file",
+        "runtime-call-cost",
         "buffer-state",
         "alias-map",
         "runtime",
