@@ -71,48 +71,26 @@ class TestErrorsNameWhatTheUserWrote(TestCase):
         self.assertTrue(refused.exception.__suppress_context__)
 
     def test_an_op_whose_converters_refuse_the_call_is_named_with_its_tensors(self):
-        # an int32 cache with a dynamic batch: aten.index_copy has converters,
-        # and each refuses this call (it was "this op has no converter")
+        # a sort along 4,096 values: aten.sort has a converter, which refuses
+        # more than TensorRT's top-k takes (it was "this op has no converter")
         from torch_tensorrt.dynamo.conversion._TRTInterpreter import (
             UnsupportedOperatorException,
         )
 
-        class Cache(torch.nn.Module):
-            def forward(self, cache, pos, u):
-                cache.index_copy_(2, pos, u)
-                return u * 2
+        class Sort(torch.nn.Module):
+            def forward(self, x):
+                return torch.sort(x, dim=-1).values * 2
 
-        cache = torch.zeros(2, 8, 16, 64, dtype=torch.int32)
-        u = torch.ones(2, 8, 1, 64, dtype=torch.int32)
-        batch = torch.export.Dim("batch", min=1, max=8)
-        ep = torch.export.export(
-            Cache(),
-            (cache, torch.tensor([3]), u),
-            dynamic_shapes=({0: batch}, None, {0: batch}),
-        )
-        inputs = [
-            torch_tensorrt.Input(
-                min_shape=(1, 8, 16, 64),
-                opt_shape=(2, 8, 16, 64),
-                max_shape=(8, 8, 16, 64),
-                dtype=torch.int32,
-            ),
-            torch.tensor([3]),
-            torch_tensorrt.Input(
-                min_shape=(1, 8, 1, 64),
-                opt_shape=(2, 8, 1, 64),
-                max_shape=(8, 8, 1, 64),
-                dtype=torch.int32,
-            ),
-        ]
+        x = torch.randn(2, 4096)
+        ep = torch.export.export(Sort(), (x,))
         with self.assertRaises(UnsupportedOperatorException) as refused:
             torch_tensorrt.dynamo.convert_exported_program_to_serialized_trt_engine(
-                ep, arg_inputs=inputs, min_block_size=1
+                ep, arg_inputs=[x], min_block_size=1
             )
         message = str(refused.exception)
         self.assertIn(
-            "the converters of aten.index_copy all refuse it as called with "
-            "int32 [dynamic, 8, 16, 64], int64 [1], int32 [dynamic, 8, 1, 64]",
+            "the converters of aten.sort all refuse it as called with "
+            "float32 [2, 4096]",
             message,
         )
         self.assertNotIn("no converter", message)
