@@ -23,6 +23,9 @@ from torch_tensorrt.dynamo.runtime._TRTEngine import TRTEngine
 class PythonEngine:
     """Stand-in for the Python runtime's engine (not a ``torch.ScriptObject``)."""
 
+    def run(self, inputs):
+        return list(inputs)
+
 
 class TestRunsEagerly(TestCase):
     def test_plain_tensors_run_the_engine_directly(self):
@@ -44,6 +47,8 @@ class TestRunsEagerly(TestCase):
     def test_the_cpp_runtime_engine_goes_through_the_op(self):
         script_object = unittest.mock.Mock(spec=torch.ScriptObject)
         self.assertFalse(module._runs_eagerly(script_object, [torch.zeros(2)]))
+        # an engine without run (a stand-in of other tests) goes through the op
+        self.assertFalse(module._runs_eagerly(object(), [torch.zeros(2)]))
 
 
 class TestRun(TestCase):
