@@ -36,6 +36,12 @@ def _in_place_values(gm: torch.fx.GraphModule) -> Dict[torch.fx.Node, torch.fx.N
         pairs = dict(engine_in_place_inputs(gm.get_submodule(str(node.target))))
         if not pairs:
             continue
+        if 0 in pairs and not any(u.target is operator.getitem for u in node.users):
+            # one output: the module returns it bare, not in a tuple
+            argument = node.args[pairs[0]]
+            if isinstance(argument, torch.fx.Node):
+                values[node] = argument
+            continue
         for user in node.users:
             if (
                 user.op == "call_function"
@@ -122,8 +128,8 @@ def drop_write_backs_of_in_place_outputs(gm: torch.fx.GraphModule) -> int:
             codegen.written_in_place = sorted(skipped)
             dropped += len(skipped)
     for value in in_place:
-        if not value.users:
-            gm.graph.erase_node(value)  # read by nothing now
+        if not value.users and value.op != "call_module":
+            gm.graph.erase_node(value)  # a getitem read by nothing now
     if dropped:
         gm.recompile()
         logger.debug(f"{dropped} write-back(s) of states written in place dropped")

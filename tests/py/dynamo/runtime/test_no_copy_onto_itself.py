@@ -69,6 +69,13 @@ class InPlaceAndCopied(torch.nn.Module):
         return u + 1
 
 
+class WritesOnlyItsState(torch.nn.Module):
+    """Returns nothing: the engine's one output is the state it writes in place."""
+
+    def forward(self, pos, u, k):
+        k.index_copy_(2, pos, u)
+
+
 def _write_backs(gm):
     """Write-backs in ``gm``'s graph and in its PyTorch submodules."""
     found = [n for n in gm.graph.nodes if is_write_back(n)]
@@ -106,6 +113,18 @@ class TestNoCopyOntoItself(TestCase):
         self.assertEqual(mutated_inputs(trt), [2, 3])
         self._three_calls_against_eager(
             trt, WritesInputStates(), lambda: [torch.zeros(CACHE), torch.zeros(CACHE)]
+        )
+
+    def test_an_engine_whose_one_output_is_the_state_it_writes(self):
+        # its module returns that output bare, not in a tuple
+        args = _arguments() + (torch.zeros(CACHE),)
+        trt, built = compile_on_cpu(self, WritesOnlyItsState(), args)
+        self.assertEqual(len(built[0].aliased_io), 1)
+        self.assertEqual(_write_backs(trt), [])
+        modules = [n.target for n in trt.graph.nodes if n.op == "call_module"]
+        self.assertEqual(modules, [built[0].name])
+        self._three_calls_against_eager(
+            trt, WritesOnlyItsState(), lambda: [torch.zeros(CACHE)]
         )
 
     def test_a_state_copied_back_keeps_its_write_back(self):
