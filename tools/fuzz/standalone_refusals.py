@@ -3,8 +3,9 @@
 Each seed's program (tests/py/dynamo/lowering/state_programs.py) that calls a mutating
 custom op is exported and built by
 ``convert_exported_program_to_serialized_trt_engine`` (``min_block_size=1``,
-``lift_mutable_buffers=True``, with TensorRT-RTX on the CPU; no engine runs). A refusal is classed by its first sentence;
-each class says whether it is a real limit of a standalone engine:
+``lift_mutable_buffers=True``, with TensorRT-RTX on the CPU; no engine runs). A
+refusal is classed by its first sentence; each class says whether it is a real
+limit of a standalone engine:
 
     python tools/fuzz/standalone_refusals.py --seeds 0:2000 --out refusals.json
 
