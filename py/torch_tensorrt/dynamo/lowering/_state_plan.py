@@ -277,14 +277,17 @@ def check_engine_against_state_plan(
     aliased_io: Mapping[str, Tuple[str, str]],
 ) -> None:
     """Raise where the engine built from ``module`` writes in place an input the
-    plan did not put in place (a Torch-TensorRT bug).
+    plan did not put in place, or makes an in-place row's write without writing it
+    in place (a Torch-TensorRT bug, either way).
 
     ``input_names``: input bindings, one per placeholder; ``aliased_io``: output
     binding -> ``(input binding, kind)``. Any alias needs an in-place row, a
-    ``user`` alias one ``by_its_op``."""
+    ``user`` alias one ``by_its_op``; an in-place row whose write is a node of
+    ``module`` needs an alias (a write made elsewhere is that engine's, or runs in
+    PyTorch and is copied back)."""
     placeholders = [n for n in module.graph.nodes if n.op == "placeholder"]
-    if not aliased_io or any("val" not in p.meta for p in placeholders):
-        return  # nothing aliased, or a module whose placeholders lost their meta
+    if any("val" not in p.meta for p in placeholders):
+        return  # a module whose placeholders lost their meta
     row_of = {b: p.meta.get(STATE_PLAN) for p, b in zip(placeholders, input_names)}
     wrong = []
     for output, (binding, kind) in sorted(aliased_io.items()):
@@ -302,6 +305,24 @@ def check_engine_against_state_plan(
         raise RuntimeError(
             "The engine writes in place what the state plan copies back: "
             + "; ".join(wrong)
+            + ". This is a bug in Torch-TensorRT's state handling, please report "
+            "it with the model"
+        )
+    aliased = {binding for binding, _ in aliased_io.values()}
+    made_here = {node.name for node in module.graph.nodes}
+    unwritten = [
+        f"'{binding}' (write '{row.write}'; planned: {row.reason})"
+        for binding, row in row_of.items()
+        if row is not None
+        and row.in_place
+        and row.write in made_here
+        and binding not in aliased
+    ]
+    if unwritten:
+        raise RuntimeError(
+            "The engine makes, but not in place, the writes the state plan puts in "
+            "place: "
+            + "; ".join(unwritten)
             + ". This is a bug in Torch-TensorRT's state handling, please report "
             "it with the model"
         )

@@ -319,14 +319,17 @@ class TestUpstreamsFunctionalCacheContract(TestCase):
         self.assertEqual(_standalone_map(FunctionalIndexCopy(), args), [])
 
 
-def _engine_module(rows):
-    """A graph whose placeholders carry ``rows`` (name -> StateUpdate or None)."""
+def _engine_module(rows, writes=()):
+    """A graph whose placeholders carry ``rows`` (name -> StateUpdate or None) and
+    that makes ``writes`` (node names)."""
     graph = torch.fx.Graph()
     for name, row in rows.items():
         placeholder = graph.placeholder(name)
         placeholder.meta["val"] = torch.empty(1)
         if row is not None:
             placeholder.meta[STATE_PLAN] = row
+    for write in writes:
+        graph.call_function(torch.ops.aten.clone.default, (placeholder,)).name = write
     graph.output(None)
     return torch.fx.GraphModule(torch.nn.Module(), graph)
 
@@ -339,12 +342,12 @@ class TestTheEngineCheckedAgainstThePlan(TestCase):
         "x": None,
     }
 
-    def _check(self, aliased_io):
-        module = _engine_module(self.ROWS)
+    def _check(self, aliased_io, writes=()):
+        module = _engine_module(self.ROWS, writes)
         check_engine_against_state_plan(module, list(self.ROWS), aliased_io)
 
     def test_aliases_the_plan_made(self):
-        self._check({})
+        self._check({})  # the in-place writes are another engine's, or PyTorch's
         self._check({"o1": ("kv", "kv_cache_update"), "o2": ("s", "user")})
         # a converter of its own on the layer: TensorRT reports the alias
         self._check({"o2": ("s", "kv_cache_update")})
@@ -370,6 +373,53 @@ class TestTheEngineCheckedAgainstThePlan(TestCase):
                     message,
                 )
                 self.assertIn(named, message)
+
+    def test_an_in_place_write_the_engine_makes_elsewhere_is_a_bug(self):
+        aliases = {"o1": ("kv", "kv_cache_update"), "o2": ("s", "user")}
+        self._check(aliases, writes=["write", "w"])
+        for aliased_io, named in [
+            ({"o2": ("s", "user")}, "'kv' (write 'write'; planned: a slab)"),
+            ({"o1": ("kv", "kv_cache_update")}, "'s' (write 'w'; planned: its op)"),
+        ]:
+            with self.subTest(aliased_io=aliased_io):
+                with self.assertRaises(RuntimeError) as raised:
+                    self._check(aliased_io, writes=["write", "w"])
+                message = str(raised.exception)
+                self.assertTrue(
+                    message.startswith(
+                        "The engine makes, but not in place, the writes the state "
+                        "plan puts in place: "
+                    ),
+                    message,
+                )
+                self.assertIn(named, message)
+                self.assertEqual(message.count("(write "), 1, message)
+
+    def test_an_engine_from_the_cache_is_checked_too(self):
+        from torch_tensorrt.dynamo import CompilationSettings
+        from torch_tensorrt.dynamo.conversion import _conversion
+
+        module = _engine_module(self.ROWS, writes=["write"])
+        cached = _conversion.SerializedInterpreterResult(
+            serialized_engine=b"",
+            input_names=list(self.ROWS),
+            output_names=[],
+            requires_output_allocator=False,
+            symbolic_shape_expressions={},
+            requires_native_multidevice=False,
+            aliased_io={},
+        )
+        settings = CompilationSettings(
+            reuse_cached_engines=True, immutable_weights=False
+        )
+        cache = mock.Mock()
+        with mock.patch.object(_conversion, "pull_cached_engine", return_value=cached):
+            features = _conversion.ENABLED_FEATURES._replace(refit=True)
+            with mock.patch.object(_conversion, "ENABLED_FEATURES", features):
+                with self.assertRaisesRegex(RuntimeError, r"'kv' \(write 'write'"):
+                    _conversion.interpret_module_to_result(
+                        module, [], settings, engine_cache=cache
+                    )
 
     def test_a_state_its_ops_converter_writes_in_place(self):
         """The converter of a mutating op (#4240: ``-> None``) that computes the

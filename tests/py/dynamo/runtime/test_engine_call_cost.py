@@ -62,8 +62,6 @@ class TestRun(TestCase):
 class Recorded:
     """Stand-in for a CUDA event or stream: records what is asked of it."""
 
-    made = 0
-
     def __init__(self, log, name, device_index=0):
         self.log, self.name, self.device_index = log, name, device_index
 
