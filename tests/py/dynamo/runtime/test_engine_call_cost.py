@@ -1,10 +1,10 @@
 # type: ignore
 """What a call of the Python runtime does besides launching its engine.
 
-``TorchTensorRTModule`` runs a Python ``TRTEngine`` directly in eager mode, not
-through the ``tensorrt::execute_engine`` custom op (whose dispatch costs more than
-the engine's launch), and through the op wherever torch traces or transforms the
-call; either way the outputs are the op's (``TRTEngine.run``). The engine stream
+``TorchTensorRTModule`` runs a Python ``TRTEngine`` directly in eager mode
+(``TRTEngine.run``: the engine's outputs, no input read), not through the
+``tensorrt::execute_engine`` custom op (whose dispatch costs more than the engine's
+launch), and through the op wherever torch traces or transforms the call. The engine stream
 and the caller's are ordered by two events made once per device, not by an event
 made and destroyed per wait. Stand-ins for the engine and the streams test this
 glue on the CPU; the GPU tests run real engines through it.
@@ -57,6 +57,16 @@ class TestRun(TestCase):
         engine = types.SimpleNamespace(execute=lambda inputs: out, in_place_outputs=())
         (returned,) = TRTEngine.run(engine, [x])
         self.assertIs(returned, out)
+
+    def test_no_input_is_read_per_call(self):
+        class NoStorage(torch.Tensor):
+            def untyped_storage(self):
+                raise AssertionError("run read an input's storage")
+
+        inputs = [torch.zeros(2).as_subclass(NoStorage) for _ in range(3)]
+        out = (torch.ones(1), torch.ones(2))
+        engine = types.SimpleNamespace(execute=lambda inputs: out, in_place_outputs=())
+        self.assertEqual(TRTEngine.run(engine, inputs), list(out))
 
 
 class Recorded:
