@@ -416,7 +416,7 @@ def test_a_pr_description_is_whole(tmp_path):
     )
     (tmp_path / "0001-x.patch").write_text(mail("fix: x", "", description=description))
     (tmp_path / "0002-y.patch").write_text(
-        mail("fix: y", "", description="Why y, after 0001.").replace(
+        mail("fix: y", "", description="Why y, after 0001 (0001-0002).").replace(
             "Bug: ", "Bug-Related: "
         )
     )
@@ -430,7 +430,10 @@ def test_a_pr_description_is_whole(tmp_path):
     assert "### 1. fix: x\n\nIt failed before." in text
     assert "    import torch\n    m(x)\n\nA last paragraph, cut before.\n" in text
     assert "Tests: tests/py/test_x.py" not in text
-    assert "### 2. fix: y\n\nWhy y, after commit 1 of this PR.\n" in text
+    assert (
+        "### 2. fix: y\n\nWhy y, after commit 1 of this PR (commit 1 of this PR to "
+        "commit 2 of this PR).\n" in text
+    )
     for heading, line in (
         ("Risk", "- none for models without x"),
         ("What a reviewer must decide", "- whether commit 2 of this PR stays"),

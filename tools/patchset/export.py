@@ -383,15 +383,21 @@ def _cited(text: str, pieces: Sequence[series.Piece], k: int) -> str:
     """``text`` with each patch number (``0045``) said as upstream sees it: the
     commit of this PR or of another PR of the stack."""
 
-    def commit(m: "re.Match[str]") -> str:
+    def commit(number: str) -> str:
         for j, piece in enumerate(pieces, 1):
             for i, patch in enumerate(piece.patches, 1):
-                if patch.name.startswith(m[0] + "-"):
+                if patch.name.startswith(number + "-"):
                     where = "this PR" if j == k else f"PR {j}, `{piece.id}`"
                     return f"commit {i} of {where}"
-        return m[0]
+        return number
 
-    return re.sub(r"(?<![\w.])00\d\d\b", commit, text)
+    # a range (0005-0009) first: its ends as commits, "to" between them
+    text = re.sub(
+        r"(?<![\w.])(00\d\d)-(00\d\d)\b",
+        lambda m: f"{commit(m[1])} to {commit(m[2])}",
+        text,
+    )
+    return re.sub(r"(?<![\w.])00\d\d\b", lambda m: commit(m[0]), text)
 
 
 def _description_without_tests(patch: series.Patch) -> str:
